@@ -1,0 +1,3 @@
+from mcp_loop_guard.cli import main
+
+raise SystemExit(main())
