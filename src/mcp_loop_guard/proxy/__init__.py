@@ -1,0 +1,1 @@
+"""MCP plumbing around the pure detection core."""

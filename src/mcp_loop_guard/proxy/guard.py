@@ -1,0 +1,62 @@
+"""Turn detector verdicts into what the model reads.
+
+Only this module knows how a verdict looks on the wire: a WARN appends one text
+item to the real result, a BLOCK or ABORT replaces it with an ``isError`` result.
+Both carry a machine-readable copy under a namespaced ``_meta`` key.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from mcp_loop_guard.core.model import Action, Verdict
+from mcp_loop_guard.core.policy import Policy
+
+MARKER = "[loop-guard]"
+"""Every text the guard adds starts with this, so clients and inner guards can recognise it."""
+
+VERDICT_META_KEY = "mcp-loop-guard/verdict"
+
+
+def verdict_meta(verdict: Verdict, policy: Policy) -> dict[str, Any]:
+    """The machine-readable verdict placed under ``_meta``."""
+    return {
+        "action": verdict.action.name.lower(),
+        "tool": verdict.tool,
+        "streak": verdict.streak,
+        "blocks": verdict.blocks,
+        "warnThreshold": policy.warn_threshold,
+        "blockThreshold": policy.block_threshold,
+        "abortThreshold": policy.abort_threshold,
+    }
+
+
+def _with_meta(result: dict[str, Any], verdict: Verdict, policy: Policy) -> dict[str, Any]:
+    meta = result.get("_meta")
+    merged = dict(meta) if isinstance(meta, dict) else {}
+    merged[VERDICT_META_KEY] = verdict_meta(verdict, policy)
+    result["_meta"] = merged
+    return result
+
+
+def warned(result: dict[str, Any], verdict: Verdict, policy: Policy) -> dict[str, Any]:
+    """The real result plus one warning item at the end; the input is not modified."""
+    content = result.get("content")
+    items = list(content) if isinstance(content, list) else []
+    items.append({"type": "text", "text": f"{MARKER} {verdict.reason}"})
+    return _with_meta({**result, "content": items}, verdict, policy)
+
+
+def refused(verdict: Verdict, policy: Policy) -> dict[str, Any]:
+    """The result that stands in for a call that never reached the upstream."""
+    assert verdict.action >= Action.BLOCK
+    result: dict[str, Any] = {
+        "content": [{"type": "text", "text": f"{MARKER} {verdict.reason}"}],
+        "isError": True,
+    }
+    return _with_meta(result, verdict, policy)
+
+
+def failed(message: str) -> dict[str, Any]:
+    """A tool error result for a call the guard could not complete (upstream gone)."""
+    return {"content": [{"type": "text", "text": f"{MARKER} {message}"}], "isError": True}

@@ -1,0 +1,234 @@
+"""One upstream MCP server, reached through the SDK's client session.
+
+Requests are relayed as raw result dictionaries: the SDK checks that a result
+has the shape its method requires, but nothing re-validates ``structuredContent``
+against an output schema (``ClientSession.call_tool`` would, and may send a
+hidden ``tools/list``). Server-to-client traffic (sampling, elicitation, roots,
+notifications) goes to whatever :class:`Downstream` the proxy attaches.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator, Mapping, Sequence
+from contextlib import AsyncExitStack, asynccontextmanager
+from typing import Any, Protocol
+
+import anyio
+import mcp_types as types
+from mcp import ClientSession
+from mcp.client.session import ClientRequestContext, IncomingMessage
+from mcp.shared.dispatcher import ProgressFnT
+from mcp.shared.exceptions import MCPError
+from pydantic import BaseModel, TypeAdapter, ValidationError
+
+from mcp_loop_guard.proxy.process import ChildProcess, open_child
+
+logger = logging.getLogger(__name__)
+
+_RAW: TypeAdapter[dict[str, Any]] = TypeAdapter(dict[str, Any])
+
+REQUESTS: dict[str, type[BaseModel]] = {
+    "ping": types.PingRequest,
+    "tools/list": types.ListToolsRequest,
+    "tools/call": types.CallToolRequest,
+    "resources/list": types.ListResourcesRequest,
+    "resources/templates/list": types.ListResourceTemplatesRequest,
+    "resources/read": types.ReadResourceRequest,
+    "resources/subscribe": types.SubscribeRequest,
+    "resources/unsubscribe": types.UnsubscribeRequest,
+    "prompts/list": types.ListPromptsRequest,
+    "prompts/get": types.GetPromptRequest,
+    "completion/complete": types.CompleteRequest,
+    "logging/setLevel": types.SetLevelRequest,
+}
+"""Client-to-server methods relayed upstream, with the SDK model that carries each."""
+
+
+class Downstream(Protocol):
+    """The client side, as the upstream sees it."""
+
+    async def request(self, request: BaseModel) -> dict[str, Any]:
+        """Send a server-to-client request (sampling, elicitation, roots) and return the raw result."""
+        ...
+
+    async def notify(self, notification: types.ServerNotification) -> None:
+        """Relay a notification from the upstream."""
+        ...
+
+
+class UpstreamGoneError(Exception):
+    """The upstream cannot answer: it died or was never reachable."""
+
+
+class _MirrorSession(ClientSession):
+    """A client session that announces the downstream client's own capabilities.
+
+    Upstreams adapt to what the client supports (server-everything only offers its
+    sampling tools to clients that can sample), so the proxy must claim exactly
+    what the real client claims, no more and no less.
+    """
+
+    mirrored: types.ClientCapabilities = types.ClientCapabilities()
+
+    def _build_capabilities(self, version: str) -> types.ClientCapabilities:
+        return self.mirrored
+
+
+class Upstream:
+    """A connected (or connectable) upstream server."""
+
+    def __init__(self, name: str, child: ChildProcess | None, session: _MirrorSession) -> None:
+        self.name = name
+        self.child = child
+        self._session = session
+        self.downstream: Downstream | None = None
+        self.initialize_result: types.InitializeResult | None = None
+        self._connected = anyio.Event()
+        self._connect_lock = anyio.Lock()
+
+    @property
+    def label(self) -> str:
+        """How error messages name this upstream."""
+        return f"`{self.child.label}`" if self.child is not None else self.name
+
+    def gone_reason(self) -> str | None:
+        """Why the upstream cannot answer any more, or None while it can."""
+        if self.child is not None and self.child.exited.is_set():
+            return f"upstream {self.label} {self.child.describe_exit()}"
+        return None
+
+    async def connect(self, client_info: types.Implementation, capabilities: types.ClientCapabilities) -> None:
+        """Run the handshake once, claiming the downstream client's identity and capabilities."""
+        async with self._connect_lock:
+            if self.initialize_result is not None:
+                return
+            self._session.mirrored = capabilities
+            self._session._client_info = client_info
+            self.initialize_result = await self._guarded(self._session.initialize())
+            self._connected.set()
+            logger.info(
+                "connected to upstream %s (%s %s, protocol %s)",
+                self.label,
+                self.initialize_result.server_info.name,
+                self.initialize_result.server_info.version,
+                self.initialize_result.protocol_version,
+            )
+
+    async def request(
+        self, method: str, params: BaseModel | None, on_progress: ProgressFnT | None = None
+    ) -> dict[str, Any]:
+        """Relay one request and return the upstream's raw result.
+
+        Raises:
+            MCPError: the upstream answered with a JSON-RPC error.
+            UpstreamGoneError: the upstream died or closed its connection.
+        """
+        model = REQUESTS[method]
+        request = model(params=params) if params is not None else model()
+        return await self._guarded(
+            self._session.send_request(request, _RAW, progress_callback=on_progress)  # type: ignore[arg-type]
+        )
+
+    async def notify(self, notification: types.ClientNotification) -> None:
+        """Relay a client notification (roots changed)."""
+        if self.initialize_result is not None and self.gone_reason() is None:
+            await self._session.send_notification(notification)
+
+    async def _guarded(self, pending: Any) -> Any:
+        reason = self.gone_reason()
+        if reason is not None:
+            pending.close()
+            raise UpstreamGoneError(reason)
+        try:
+            return await pending
+        except MCPError as exc:
+            if exc.error.code == types.CONNECTION_CLOSED or self.gone_reason() is not None:
+                raise UpstreamGoneError(await self._wait_reason()) from exc
+            raise
+        except ValidationError as exc:
+            raise MCPError(types.INTERNAL_ERROR, f"upstream {self.label} sent an invalid result") from exc
+
+    async def _wait_reason(self) -> str:
+        """The exit status arrives a moment after stdout closes: wait briefly for it."""
+        if self.child is not None:
+            with anyio.move_on_after(1.0):
+                await self.child.exited.wait()
+        return self.gone_reason() or f"upstream {self.label} closed the connection"
+
+    # Server-to-client traffic, relayed to the attached downstream.
+
+    async def _to_downstream(self, request: BaseModel) -> Any:
+        if self.downstream is None:
+            return types.ErrorData(code=types.INVALID_REQUEST, message="no client is connected")
+        try:
+            return await self.downstream.request(request)
+        except MCPError as exc:
+            return exc.error
+
+    async def on_sampling(self, context: ClientRequestContext, params: types.CreateMessageRequestParams) -> Any:
+        raw = await self._to_downstream(types.CreateMessageRequest(params=params))
+        if isinstance(raw, types.ErrorData):
+            return raw
+        if any(isinstance(c, dict) and c.get("type") in ("tool_use", "tool_result") for c in _as_list(raw)):
+            return types.CreateMessageResultWithTools.model_validate(raw, by_name=False)
+        return types.CreateMessageResult.model_validate(raw, by_name=False)
+
+    async def on_elicitation(self, context: ClientRequestContext, params: types.ElicitRequestParams) -> Any:
+        raw = await self._to_downstream(types.ElicitRequest(params=params))
+        return raw if isinstance(raw, types.ErrorData) else types.ElicitResult.model_validate(raw, by_name=False)
+
+    async def on_list_roots(self, context: ClientRequestContext) -> Any:
+        raw = await self._to_downstream(types.ListRootsRequest())
+        return raw if isinstance(raw, types.ErrorData) else types.ListRootsResult.model_validate(raw, by_name=False)
+
+    async def on_message(self, message: IncomingMessage) -> None:
+        if isinstance(message, Exception):
+            logger.warning("upstream %s sent something unreadable: %s", self.label, type(message).__name__)
+            return
+        if isinstance(message, types.ProgressNotification):
+            return  # relayed per request through the progress callback, never twice
+        if self.downstream is not None:
+            await self.downstream.notify(message)
+
+
+def _as_list(raw: Mapping[str, Any]) -> Sequence[Any]:
+    content = raw.get("content")
+    if isinstance(content, list):
+        return content
+    return [content]
+
+
+@asynccontextmanager
+async def open_stdio_upstream(
+    name: str, command: Sequence[str], *, env: Mapping[str, str] | None = None, cwd: str | None = None
+) -> AsyncIterator[Upstream]:
+    """Start the upstream command; the MCP handshake waits for :meth:`Upstream.connect`."""
+    async with AsyncExitStack() as stack:
+        child, read, write = await stack.enter_async_context(open_child(command, env=env, cwd=cwd))
+        holder: list[Upstream] = []
+
+        async def sampling(ctx: ClientRequestContext, params: types.CreateMessageRequestParams) -> Any:
+            return await holder[0].on_sampling(ctx, params)
+
+        async def elicitation(ctx: ClientRequestContext, params: types.ElicitRequestParams) -> Any:
+            return await holder[0].on_elicitation(ctx, params)
+
+        async def roots(ctx: ClientRequestContext) -> Any:
+            return await holder[0].on_list_roots(ctx)
+
+        async def messages(message: IncomingMessage) -> None:
+            await holder[0].on_message(message)
+
+        session = _MirrorSession(
+            read,
+            write,
+            sampling_callback=sampling,
+            elicitation_callback=elicitation,
+            list_roots_callback=roots,
+            message_handler=messages,
+        )
+        upstream = Upstream(name, child, session)
+        holder.append(upstream)
+        await stack.enter_async_context(session)
+        yield upstream
