@@ -15,6 +15,7 @@ from typing import Any, TypeVar, cast
 import anyio
 import mcp_types as types
 from mcp.server import Server, ServerRequestContext
+from mcp.server.caching import CACHEABLE_METHODS, CacheHint
 from mcp.server.context import CallNext, HandlerResult
 from mcp.server.models import InitializationOptions
 from mcp.server.session import ServerSession
@@ -86,6 +87,13 @@ def _strip_envelope(params: _P) -> _P:
     return params.model_copy(update={"meta": kept or None})
 
 
+def _for_era(ctx: Context, result: dict[str, Any]) -> dict[str, Any]:
+    """Every 2026-07-28 result names its type; handshake-era upstreams (and the guard's own results) don't."""
+    if ctx.protocol_version in MODERN_PROTOCOL_VERSIONS and "resultType" not in result:
+        result["resultType"] = "complete"
+    return result
+
+
 class GuardedProxy:
     """Relays one downstream connection to one upstream, judging every tool call."""
 
@@ -117,9 +125,10 @@ class GuardedProxy:
         if params is not None:
             params = _strip_envelope(params)
         try:
-            return await self.upstream.request(method, params, on_progress)
+            result = await self.upstream.request(method, params, on_progress)
         except UpstreamGoneError as exc:
             raise MCPError(types.INTERNAL_ERROR, str(exc)) from exc
+        return _for_era(ctx, result)
 
     async def connect_first(self, ctx: Context, call_next: CallNext) -> HandlerResult:
         """Middleware: connect upstream on the first request, as the client it came from."""
@@ -147,14 +156,14 @@ class GuardedProxy:
             )
             if verdict.action is Action.ABORT:
                 self.on_abort(ctx.request_id, verdict)
-            return guard.refused(verdict, self.policy)
+            return _for_era(ctx, guard.refused(verdict, self.policy))
         try:
             result = await self.relay(ctx, "tools/call", params)
         except MCPError as exc:
             if ticket is not None:
                 self.detector.abandon(ticket, anyio.current_time())
             if self.upstream.gone_reason() is not None:
-                return guard.failed(exc.error.message)
+                return _for_era(ctx, guard.failed(exc.error.message))
             raise
         except BaseException:
             if ticket is not None:
@@ -177,7 +186,8 @@ class _MirrorServer(Server[Any]):
     """An SDK server that presents the upstream's identity and capabilities as its own."""
 
     def __init__(self, proxy: GuardedProxy) -> None:
-        super().__init__("mcp-loop-guard")
+        # A relayed list may change at any moment: tell 2026-07-28 clients not to cache it.
+        super().__init__("mcp-loop-guard", cache_hints=dict.fromkeys(CACHEABLE_METHODS, CacheHint()))
         self.proxy = proxy
         self.middleware.append(proxy.connect_first)
         for method in REQUESTS:
@@ -211,7 +221,7 @@ class _MirrorServer(Server[Any]):
     async def _discover(self, ctx: Context, params: types.RequestParams) -> types.DiscoverResult:
         init = self._upstream_init()
         # 2026-07-28 delivers change notifications only on subscriptions/listen, which is not relayed.
-        caps = init.capabilities.model_copy(deep=True)
+        caps = _relayable(init.capabilities)
         for name in ("tools", "prompts"):
             cap = getattr(caps, name)
             if cap is not None:
@@ -245,11 +255,16 @@ class _MirrorServer(Server[Any]):
             server_version=info.version,
             title=info.title,
             description=info.description,
-            capabilities=init.capabilities,
+            capabilities=_relayable(init.capabilities),
             instructions=init.instructions,
             website_url=info.website_url,
             icons=info.icons,
         )
+
+
+def _relayable(capabilities: types.ServerCapabilities) -> types.ServerCapabilities:
+    """The upstream's capabilities minus the task methods, which the proxy does not relay."""
+    return capabilities.model_copy(update={"tasks": None}, deep=True)
 
 
 def _params_type(method: str) -> type[BaseModel]:
