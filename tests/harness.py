@@ -1,0 +1,387 @@
+"""Helpers for driving MCP servers, directly or through the guard, over real stdio.
+
+Everything here uses the public API of the official SDK client; nothing mocks MCP.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sys
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from contextlib import AsyncExitStack, asynccontextmanager, suppress
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal, TypeVar
+
+import anyio
+import anyio.abc
+import psutil
+from anyio.streams.text import TextReceiveStream
+from mcp import ClientSession, StdioServerParameters, stdio_client, types
+from mcp.client._transport import ReadStream, WriteStream
+from mcp.client.session import (
+    ElicitationFnT,
+    IncomingMessage,
+    ListRootsFnT,
+    LoggingFnT,
+    MessageHandlerFnT,
+    SamplingFnT,
+)
+from mcp.client.stdio import get_default_environment
+from mcp.shared.message import SessionMessage
+from pydantic import BaseModel
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+FIXTURES_DIR = REPO_ROOT / "tests" / "fixtures"
+NODE_DIR = REPO_ROOT / "tests" / "node"
+BIN_DIR = Path(sys.executable).parent
+
+VERDICT_KEY = "mcp-loop-guard/verdict"
+"""The namespaced ``_meta`` key of the guard's verdict on a tools/call result."""
+MARKER = "[loop-guard]"
+"""The prefix of every text the guard adds to a result."""
+ABORT_EXIT_CODE = 3
+"""The guard's documented exit status after it aborted a looping session."""
+MARKER_ENV = "E2E_PROCESS_MARKER"
+"""Set to a per-test token in the environment of every process a test starts."""
+
+Mode = Literal["direct", "guarded"]
+T = TypeVar("T")
+
+
+def guard_command(command: Sequence[str], guard_args: Sequence[str] = ()) -> list[str]:
+    """The argv that runs command as the upstream of the guard."""
+    return [sys.executable, "-m", "mcp_loop_guard", *guard_args, "--", *command]
+
+
+def fixture_command(name: str, *args: str) -> list[str]:
+    """The argv of one of our own fixture servers in tests/fixtures."""
+    return [sys.executable, str(FIXTURES_DIR / f"{name}.py"), *args]
+
+
+def wiretap_command(log: Path, command: Sequence[str]) -> list[str]:
+    """The argv that runs command behind a wiretap recording its traffic in log."""
+    return [*fixture_command("wiretap", str(log), "--"), *command]
+
+
+# --- results ---------------------------------------------------------------------------------
+
+
+def texts(result: types.CallToolResult) -> list[str]:
+    """The texts of the result's text content items, in order."""
+    return [item.text for item in result.content if isinstance(item, types.TextContent)]
+
+
+def verdict(result: types.CallToolResult) -> dict[str, Any] | None:
+    """The guard's verdict in the result's ``_meta``, or None when it added none."""
+    meta = result.meta or {}
+    found = meta.get(VERDICT_KEY)
+    return dict(found) if isinstance(found, Mapping) else None
+
+
+def guard_notes(result: types.CallToolResult) -> list[str]:
+    """The texts in the result that the guard added."""
+    return [text for text in texts(result) if text.startswith(MARKER)]
+
+
+def content_dump(result: types.CallToolResult) -> list[dict[str, Any]]:
+    """The result's content items as wire JSON, for comparisons."""
+    return [item.model_dump(mode="json", by_alias=True, exclude_none=True) for item in result.content]
+
+
+def wire(model: BaseModel | None) -> dict[str, Any]:
+    """A model as it travels on the wire, for field-by-field comparisons."""
+    assert model is not None
+    dumped: dict[str, Any] = model.model_dump(mode="json", by_alias=True, exclude_none=True)
+    return dumped
+
+
+# --- notifications ---------------------------------------------------------------------------
+
+
+@dataclass
+class Inbox:
+    """A message handler that keeps every server notification and lets a test wait for one."""
+
+    messages: list[IncomingMessage] = field(default_factory=list)
+    _changed: anyio.Event = field(default_factory=anyio.Event)
+
+    async def __call__(self, message: IncomingMessage) -> None:
+        """Records one incoming message and wakes the waiters."""
+        self.messages.append(message)
+        self._changed.set()
+        self._changed = anyio.Event()
+
+    def of_type(self, kind: type[T]) -> list[T]:
+        """The recorded messages of one notification type, in arrival order."""
+        return [message for message in self.messages if isinstance(message, kind)]
+
+    async def wait_for(self, kind: type[T], predicate: Callable[[T], bool] = lambda _: True) -> T:
+        """Waits until a message of the given type matching predicate has arrived; wrap in fail_after."""
+        while True:
+            for message in self.messages:
+                if isinstance(message, kind) and predicate(message):
+                    return message
+            await self._changed.wait()
+
+
+# --- processes -------------------------------------------------------------------------------
+
+
+def marked_processes(marker: str) -> list[psutil.Process]:
+    """Live processes whose environment carries the given marker token (zombies are dead)."""
+    found: list[psutil.Process] = []
+    for process in psutil.process_iter():
+        with suppress(psutil.Error):
+            if process.pid == os.getpid() or process.status() == psutil.STATUS_ZOMBIE:
+                continue
+            if process.environ().get(MARKER_ENV) == marker:
+                found.append(process)
+    return found
+
+
+async def wait_processes_gone(marker: str, within: float) -> list[psutil.Process]:
+    """Waits up to `within` seconds for every marked process to end; returns the survivors."""
+    with anyio.move_on_after(within):
+        while survivors := marked_processes(marker):
+            await anyio.to_thread.run_sync(psutil.wait_procs, survivors, 0.1)
+        return []
+    return marked_processes(marker)
+
+
+def kill_marked(marker: str) -> None:
+    """Kills every process carrying the marker, so a failed test leaves nothing running."""
+    for process in marked_processes(marker):
+        with suppress(psutil.Error):
+            process.kill()
+
+
+def describe(processes: Sequence[psutil.Process]) -> list[str]:
+    """Pid and command line of each process, for assertion messages."""
+    described: list[str] = []
+    for process in processes:
+        try:
+            described.append(f"{process.pid}: {' '.join(process.cmdline())}")
+        except psutil.Error:
+            described.append(f"{process.pid}: <gone>")
+    return described
+
+
+# --- sessions --------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Callbacks:
+    """The client-side callbacks a test session offers to the server."""
+
+    sampling: SamplingFnT | None = None
+    elicitation: ElicitationFnT | None = None
+    list_roots: ListRootsFnT | None = None
+    logging: LoggingFnT | None = None
+    message_handler: MessageHandlerFnT | None = None
+
+    def session(
+        self,
+        read_stream: ReadStream[SessionMessage | Exception],
+        write_stream: WriteStream[SessionMessage],
+    ) -> ClientSession:
+        """A client session over the streams with these callbacks."""
+        return ClientSession(
+            read_stream,
+            write_stream,
+            sampling_callback=self.sampling,
+            elicitation_callback=self.elicitation,
+            list_roots_callback=self.list_roots,
+            logging_callback=self.logging,
+            message_handler=self.message_handler,
+            client_info=types.Implementation(name="mcp-loop-guard-e2e", version="0"),
+        )
+
+
+@dataclass
+class Connection:
+    """An initialized client session and what the server answered to initialize."""
+
+    session: ClientSession
+    initialize: types.InitializeResult
+    stderr: Path
+
+    def stderr_text(self) -> str:
+        """What the server (or the guard and its upstream) wrote to stderr so far."""
+        return self.stderr.read_text(encoding="utf-8", errors="replace")
+
+
+def server_environment(marker: str, env: Mapping[str, str] | None) -> dict[str, str]:
+    """The environment of a server a test starts: the SDK's safe defaults, the marker, and env."""
+    return get_default_environment() | {MARKER_ENV: marker, "PYTHONUNBUFFERED": "1"} | dict(env or {})
+
+
+@asynccontextmanager
+async def open_stdio_session(
+    command: Sequence[str],
+    *,
+    marker: str,
+    stderr: Path,
+    env: Mapping[str, str] | None = None,
+    cwd: Path | None = None,
+    callbacks: Callbacks | None = None,
+) -> AsyncIterator[Connection]:
+    """Runs command with the SDK's stdio client and yields an initialized session."""
+    parameters = StdioServerParameters(
+        command=command[0], args=list(command[1:]), env=server_environment(marker, env), cwd=cwd
+    )
+    async with AsyncExitStack() as stack:
+        errlog = stack.enter_context(stderr.open("a", encoding="utf-8"))
+        read_stream, write_stream = await stack.enter_async_context(stdio_client(parameters, errlog=errlog))
+        session = await stack.enter_async_context((callbacks or Callbacks()).session(read_stream, write_stream))
+        with anyio.fail_after(20):
+            result = await session.initialize()
+        yield Connection(session=session, initialize=result, stderr=stderr)
+
+
+@dataclass
+class GuardProcess:
+    """The guard as a child process of the test, with a client session on its stdio."""
+
+    process: anyio.abc.Process
+    connection: Connection
+    marker: str
+
+    @property
+    def session(self) -> ClientSession:
+        """The client session speaking to the guard."""
+        return self.connection.session
+
+    def upstream(self) -> psutil.Process:
+        """The guard's upstream server process (its only direct child)."""
+        children = psutil.Process(self.process.pid).children()
+        assert len(children) == 1, describe(children)
+        return children[0]
+
+    async def close_stdin(self) -> None:
+        """Closes the guard's stdin, as a client does when it is done."""
+        assert self.process.stdin is not None
+        await self.process.stdin.aclose()
+
+    async def wait_exit(self) -> int:
+        """Waits for the guard to exit and returns its exit status; wrap in fail_after."""
+        return await exit_status(self.process)
+
+
+async def exit_status(process: anyio.abc.Process) -> int:
+    """Waits for the process to exit and returns its status; wrap in fail_after.
+
+    Polls, as the SDK's stdio client does: ``process.wait()`` on asyncio also waits
+    for EOF on the pipes, which a leftover grandchild may hold open.
+    """
+    while (code := process.returncode) is None:  # noqa: ASYNC110 - no event tells of an exit
+        await anyio.sleep(0.02)
+    return code
+
+
+async def _pump_stdout(
+    process: anyio.abc.Process, sink: anyio.abc.ObjectSendStream[SessionMessage | Exception]
+) -> None:
+    assert process.stdout is not None
+    async with sink:
+        buffer = ""
+        with suppress(anyio.ClosedResourceError, anyio.BrokenResourceError):
+            async for chunk in TextReceiveStream(process.stdout):
+                *lines, buffer = (buffer + chunk).split("\n")
+                for line in lines:
+                    try:
+                        message = types.jsonrpc_message_adapter.validate_json(line, by_name=False)
+                    except ValueError as error:
+                        await sink.send(error)
+                        continue
+                    await sink.send(SessionMessage(message))
+
+
+async def _pump_stdin(process: anyio.abc.Process, source: anyio.abc.ObjectReceiveStream[SessionMessage]) -> None:
+    assert process.stdin is not None
+    async with source:
+        with suppress(anyio.ClosedResourceError, anyio.BrokenResourceError, OSError):
+            async for session_message in source:
+                line = session_message.message.model_dump_json(by_alias=True, exclude_unset=True)
+                await process.stdin.send((line + "\n").encode())
+
+
+@asynccontextmanager
+async def open_guard_process(
+    command: Sequence[str],
+    *,
+    marker: str,
+    stderr: Path,
+    guard_args: Sequence[str] = (),
+    env: Mapping[str, str] | None = None,
+    callbacks: Callbacks | None = None,
+) -> AsyncIterator[GuardProcess]:
+    """Starts the guard in front of command as our own child and yields it with an initialized session.
+
+    Unlike the SDK's stdio client, this keeps the process in reach, so a test can
+    close its stdin, read its exit status and look for what it left running.
+    """
+    async with AsyncExitStack() as stack:
+        errlog = stack.enter_context(stderr.open("a", encoding="utf-8"))
+        process = await anyio.open_process(
+            guard_command(command, guard_args),
+            env=server_environment(marker, env),
+            stderr=errlog,
+            start_new_session=True,
+        )
+        stack.push_async_callback(_stop, process)
+        read_writer, read_stream = anyio.create_memory_object_stream[SessionMessage | Exception](0)
+        write_stream, write_reader = anyio.create_memory_object_stream[SessionMessage](0)
+        task_group = await stack.enter_async_context(anyio.create_task_group())
+        stack.callback(task_group.cancel_scope.cancel)
+        task_group.start_soon(_pump_stdout, process, read_writer)
+        task_group.start_soon(_pump_stdin, process, write_reader)
+        session = await stack.enter_async_context((callbacks or Callbacks()).session(read_stream, write_stream))
+        with anyio.fail_after(20):
+            result = await session.initialize()
+        connection = Connection(session=session, initialize=result, stderr=stderr)
+        yield GuardProcess(process=process, connection=connection, marker=marker)
+
+
+async def _stop(process: anyio.abc.Process) -> None:
+    """Ends a guard a test left running: close stdin, then kill its process group."""
+    with anyio.CancelScope(shield=True):
+        if process.stdin is not None:
+            with suppress(OSError, anyio.BrokenResourceError, anyio.ClosedResourceError):
+                await process.stdin.aclose()
+        with anyio.move_on_after(5):
+            await exit_status(process)
+        if process.returncode is None:
+            with suppress(ProcessLookupError):
+                os.killpg(process.pid, signal.SIGKILL)
+            with anyio.move_on_after(5):
+                await exit_status(process)
+        await process.aclose()
+
+
+# --- upstream records ------------------------------------------------------------------------
+
+
+def read_json_lines(path: Path) -> list[dict[str, Any]]:
+    """The JSON objects in a file of JSON lines; empty when the file does not exist yet."""
+    if not path.exists():
+        return []
+    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+
+
+def counted_calls(log: Path, tool: str | None = None) -> list[dict[str, Any]]:
+    """The tools/call events the counting server recorded, optionally for one tool."""
+    return [
+        entry for entry in read_json_lines(log) if entry["event"] == "call" and (tool is None or entry["tool"] == tool)
+    ]
+
+
+def tapped(log: Path, to: Literal["server", "client"], method: str | None = None) -> list[dict[str, Any]]:
+    """The messages a wiretap saw travel to the server or to the client, optionally of one method."""
+    return [
+        entry["message"]
+        for entry in read_json_lines(log)
+        if entry["to"] == to and (method is None or entry["message"].get("method") == method)
+    ]
