@@ -22,6 +22,7 @@ from anyio.streams.text import TextReceiveStream
 from mcp import ClientSession, StdioServerParameters, stdio_client, types
 from mcp.client._transport import ReadStream, WriteStream
 from mcp.client.session import (
+    ClientRequestContext,
     ElicitationFnT,
     IncomingMessage,
     ListRootsFnT,
@@ -127,6 +128,16 @@ class Inbox:
             await self._changed.wait()
 
 
+async def eventually(condition: Callable[[], bool], interval: float = 0.05) -> None:
+    """Waits until condition() holds, checking every interval seconds; wrap in fail_after.
+
+    For effects outside any protocol message (a line in a server's log file, a process
+    that died), where there is no event to wait on.
+    """
+    while not condition():  # noqa: ASYNC110 - an external effect, no event to wait on
+        await anyio.sleep(interval)
+
+
 # --- processes -------------------------------------------------------------------------------
 
 
@@ -197,6 +208,48 @@ class Callbacks:
             logging_callback=self.logging,
             message_handler=self.message_handler,
             client_info=types.Implementation(name="mcp-loop-guard-e2e", version="0"),
+        )
+
+
+SAMPLED_TEXT = "Sampled by the e2e client."
+"""What the client's sampling callback answers."""
+ELICITED_NAME = "Ada Lovelace"
+"""The name the client's elicitation callback gives."""
+ROOT_URI = "file:///tmp/e2e-root"
+"""The one root the client's roots callback lists."""
+
+
+@dataclass
+class ClientUser:
+    """Stands in for the model and the user behind a client: answers sampling, elicitation and roots."""
+
+    sampling_requests: list[types.CreateMessageRequestParams] = field(default_factory=list)
+    elicitation_requests: list[types.ElicitRequestParams] = field(default_factory=list)
+    roots_requests: int = 0
+
+    async def sample(
+        self, context: ClientRequestContext, params: types.CreateMessageRequestParams
+    ) -> types.CreateMessageResult:
+        """Answers a sampling request with a fixed text."""
+        self.sampling_requests.append(params)
+        return types.CreateMessageResult(
+            role="assistant", content=types.TextContent(type="text", text=SAMPLED_TEXT), model="e2e-model"
+        )
+
+    async def elicit(self, context: ClientRequestContext, params: types.ElicitRequestParams) -> types.ElicitResult:
+        """Accepts an elicitation request, giving a fixed name."""
+        self.elicitation_requests.append(params)
+        return types.ElicitResult(action="accept", content={"name": ELICITED_NAME, "check": True})
+
+    async def list_roots(self, context: ClientRequestContext) -> types.ListRootsResult:
+        """Lists one root."""
+        self.roots_requests += 1
+        return types.ListRootsResult(roots=[types.Root(uri=ROOT_URI, name="e2e")])  # type: ignore[arg-type]
+
+    def callbacks(self, inbox: Inbox | None = None) -> Callbacks:
+        """Callbacks offering sampling, elicitation and roots, and recording notifications in inbox."""
+        return Callbacks(
+            sampling=self.sample, elicitation=self.elicit, list_roots=self.list_roots, message_handler=inbox
         )
 
 
