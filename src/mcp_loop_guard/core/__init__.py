@@ -1,5 +1,6 @@
 """Pure loop detection: fingerprints, streaks and verdicts; no I/O, no MCP, no clock."""
 
+from mcp_loop_guard.core.detector import LoopDetector, Ticket
 from mcp_loop_guard.core.fingerprint import call_key, canonical_json, result_key
 from mcp_loop_guard.core.model import ALLOWED, Action, CallKey, ResultKey, Verdict
 from mcp_loop_guard.core.policy import Policy
@@ -8,8 +9,10 @@ __all__ = [
     "ALLOWED",
     "Action",
     "CallKey",
+    "LoopDetector",
     "Policy",
     "ResultKey",
+    "Ticket",
     "Verdict",
     "call_key",
     "canonical_json",
