@@ -1,0 +1,1 @@
+"""The MCP conformance suite against our fixture server (and, through it, the guard)."""
