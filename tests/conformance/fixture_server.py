@@ -390,7 +390,7 @@ class ConformanceFixture:
     ) -> types.CallToolResult | types.InputRequiredResult:
         """Runs one fixture tool; an unknown name is a protocol error."""
         if (fixed := FIXED_RESULTS.get(params.name)) is not None:
-            return fixed
+            return fixed.model_copy(deep=True)  # a fresh result, whatever the SDK does with it afterwards
         handlers: dict[str, ToolHandler] = {
             "test_tool_with_logging": self._with_logging,
             "test_tool_with_progress": self._with_progress,
