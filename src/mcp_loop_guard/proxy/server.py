@@ -55,9 +55,8 @@ class SessionDownstream:
     async def request(self, request: BaseModel) -> dict[str, Any]:
         if self.session is None:
             raise MCPError(types.INVALID_REQUEST, "no client is connected")
-        result = await self.session.send_request(
-            cast(types.ServerRequest, request), cast(type[dict[str, Any]], _RawResult)
-        )
+        result_type: Any = _RawResult
+        result = await self.session.send_request(cast(types.ServerRequest, request), result_type)
         return cast(dict[str, Any], result)
 
     async def notify(self, notification: types.ServerNotification) -> None:
@@ -187,7 +186,7 @@ class _MirrorServer(Server[Any]):
 
     def __init__(self, proxy: GuardedProxy) -> None:
         # A relayed list may change at any moment: tell 2026-07-28 clients not to cache it.
-        super().__init__("mcp-loop-guard", cache_hints=dict.fromkeys(CACHEABLE_METHODS, CacheHint()))
+        super().__init__("mcp-loop-guard", cache_hints=dict.fromkeys(cast(Any, CACHEABLE_METHODS), CacheHint()))
         self.proxy = proxy
         self.middleware.append(proxy.connect_first)
         for method in REQUESTS:

@@ -12,14 +12,16 @@ from __future__ import annotations
 import logging
 from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import AsyncExitStack, asynccontextmanager
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
 
 import anyio
 import mcp_types as types
 from mcp import ClientSession
 from mcp.client.session import ClientRequestContext, IncomingMessage
+from mcp.shared._stream_protocols import ReadStream, WriteStream
 from mcp.shared.dispatcher import ProgressFnT
 from mcp.shared.exceptions import MCPError
+from mcp.shared.message import SessionMessage
 from pydantic import BaseModel, TypeAdapter, ValidationError
 
 from mcp_loop_guard.proxy.process import ChildProcess, open_child
@@ -78,10 +80,23 @@ class _MirrorSession(ClientSession):
 class Upstream:
     """A connected (or connectable) upstream server."""
 
-    def __init__(self, name: str, child: ChildProcess | None, session: _MirrorSession) -> None:
+    def __init__(
+        self,
+        name: str,
+        child: ChildProcess | None,
+        read: ReadStream[SessionMessage | Exception],
+        write: WriteStream[SessionMessage],
+    ) -> None:
         self.name = name
         self.child = child
-        self._session = session
+        self._session = _MirrorSession(
+            read,
+            write,
+            sampling_callback=self.on_sampling,
+            elicitation_callback=self.on_elicitation,
+            list_roots_callback=self.on_list_roots,
+            message_handler=self.on_message,
+        )
         self.downstream: Downstream | None = None
         self.initialize_result: types.InitializeResult | None = None
         self._connected = anyio.Event()
@@ -126,9 +141,10 @@ class Upstream:
         """
         model = REQUESTS[method]
         request = model(params=params) if params is not None else model()
-        return await self._guarded(
+        result = await self._guarded(
             self._session.send_request(request, _RAW, progress_callback=on_progress)  # type: ignore[arg-type]
         )
+        return cast(dict[str, Any], result)
 
     async def notify(self, notification: types.ClientNotification) -> None:
         """Relay a client notification (roots changed)."""
@@ -166,7 +182,9 @@ class Upstream:
         except MCPError as exc:
             return exc.error
 
-    async def on_sampling(self, context: ClientRequestContext, params: types.CreateMessageRequestParams) -> Any:
+    async def on_sampling(
+        self, context: ClientRequestContext, params: types.CreateMessageRequestParams
+    ) -> types.CreateMessageResult | types.CreateMessageResultWithTools | types.ErrorData:
         raw = await self._to_downstream(types.CreateMessageRequest(params=params))
         if isinstance(raw, types.ErrorData):
             return raw
@@ -174,11 +192,13 @@ class Upstream:
             return types.CreateMessageResultWithTools.model_validate(raw, by_name=False)
         return types.CreateMessageResult.model_validate(raw, by_name=False)
 
-    async def on_elicitation(self, context: ClientRequestContext, params: types.ElicitRequestParams) -> Any:
+    async def on_elicitation(
+        self, context: ClientRequestContext, params: types.ElicitRequestParams
+    ) -> types.ElicitResult | types.ErrorData:
         raw = await self._to_downstream(types.ElicitRequest(params=params))
         return raw if isinstance(raw, types.ErrorData) else types.ElicitResult.model_validate(raw, by_name=False)
 
-    async def on_list_roots(self, context: ClientRequestContext) -> Any:
+    async def on_list_roots(self, context: ClientRequestContext) -> types.ListRootsResult | types.ErrorData:
         raw = await self._to_downstream(types.ListRootsRequest())
         return raw if isinstance(raw, types.ErrorData) else types.ListRootsResult.model_validate(raw, by_name=False)
 
@@ -206,29 +226,6 @@ async def open_stdio_upstream(
     """Start the upstream command; the MCP handshake waits for :meth:`Upstream.connect`."""
     async with AsyncExitStack() as stack:
         child, read, write = await stack.enter_async_context(open_child(command, env=env, cwd=cwd))
-        holder: list[Upstream] = []
-
-        async def sampling(ctx: ClientRequestContext, params: types.CreateMessageRequestParams) -> Any:
-            return await holder[0].on_sampling(ctx, params)
-
-        async def elicitation(ctx: ClientRequestContext, params: types.ElicitRequestParams) -> Any:
-            return await holder[0].on_elicitation(ctx, params)
-
-        async def roots(ctx: ClientRequestContext) -> Any:
-            return await holder[0].on_list_roots(ctx)
-
-        async def messages(message: IncomingMessage) -> None:
-            await holder[0].on_message(message)
-
-        session = _MirrorSession(
-            read,
-            write,
-            sampling_callback=sampling,
-            elicitation_callback=elicitation,
-            list_roots_callback=roots,
-            message_handler=messages,
-        )
-        upstream = Upstream(name, child, session)
-        holder.append(upstream)
-        await stack.enter_async_context(session)
+        upstream = Upstream(name, child, read, write)
+        await stack.enter_async_context(upstream._session)
         yield upstream

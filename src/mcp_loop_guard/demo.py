@@ -1,0 +1,99 @@
+"""``mcp-loop-guard demo``: a scripted agent, the real guard, a built-in server, a timeline.
+
+Everything runs for real: the guard is started as a subprocess in front of the
+demo server, and the agent talks to it over stdio with the official SDK client.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import anyio
+import mcp_types as types
+from mcp import ClientSession, StdioServerParameters, stdio_client
+from mcp.shared.exceptions import MCPError
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+
+from mcp_loop_guard.proxy.guard import MARKER, VERDICT_META_KEY
+
+_STEPS: list[tuple[str, dict[str, Any], str]] = [
+    ("search_docs", {"query": "deploy"}, "normal work"),
+    ("read_file", {"path": "README.md"}, "normal work"),
+    ("read_file", {"path": "Makefile"}, "different arguments: not a loop"),
+    *[("job_status", {"job": "build"}, "polling, the result changes") for _ in range(4)],
+    *[("job_status", {"job": "deploy"}, "stuck: same call, same answer") for _ in range(8)],
+]
+
+_STYLE = {"pass": "green", "warn": "yellow", "block": "red", "abort": "bold red", "closed": "bold red"}
+
+
+@dataclass
+class _Row:
+    step: int
+    call: str
+    why: str
+    verdict: str
+    told: str
+
+
+def _summarize(result: types.CallToolResult) -> tuple[str, str]:
+    meta = (result.meta or {}).get(VERDICT_META_KEY)
+    verdict = str(meta["action"]) if isinstance(meta, dict) else "pass"
+    texts = [c.text for c in result.content if isinstance(c, types.TextContent)]
+    guard_texts = [t for t in texts if t.startswith(MARKER)]
+    told = guard_texts[-1] if guard_texts else (texts[0] if texts else "")
+    return verdict, told
+
+
+async def _drive() -> list[_Row]:
+    params = StdioServerParameters(
+        command=sys.executable,
+        args=["-m", "mcp_loop_guard", "--log-level", "error", "--", sys.executable, "-m", "mcp_loop_guard.demo_server"],
+    )
+    rows: list[_Row] = []
+    async with stdio_client(params) as (read, write), ClientSession(read, write) as session:
+        await session.initialize()
+        for step, (tool, args, why) in enumerate(_STEPS, start=1):
+            call = f"{tool}({', '.join(f'{k}={v!r}' for k, v in args.items())})"
+            try:
+                with anyio.fail_after(10):
+                    result = await session.send_request(
+                        types.CallToolRequest(params=types.CallToolRequestParams(name=tool, arguments=args)),
+                        types.CallToolResult,
+                    )
+            except MCPError:
+                rows.append(_Row(step, call, why, "closed", "the guard closed the session"))
+                break
+            verdict, told = _summarize(result)
+            rows.append(_Row(step, call, why, verdict, told))
+            if verdict == "abort":
+                break
+    return rows
+
+
+def run_demo(argv: Sequence[str]) -> int:
+    """Run the scripted session and print its timeline; exit 0 when it behaved as designed."""
+    console = Console(stderr=False, highlight=False)
+    console.print(Text("mcp-loop-guard demo: a scripted agent calls a small server through the guard\n", style="bold"))
+    rows = anyio.run(_drive)
+    table = Table(title="Timeline", show_lines=True)
+    for column in ("#", "call", "situation", "verdict", "what the model was told"):
+        table.add_column(column, overflow="fold")
+    for row in rows:
+        table.add_row(str(row.step), row.call, row.why, Text(row.verdict, style=_STYLE.get(row.verdict, "")), row.told)
+    console.print(table)
+    verdicts = [row.verdict for row in rows]
+    expected = ["pass"] * 9 + ["warn", "warn", "block", "block", "abort"]
+    if verdicts != expected:
+        console.print(f"[red]unexpected verdicts:[/red] {verdicts}")
+        return 1
+    console.print(
+        "Polling with changing results and calls with different arguments pass untouched; the stuck call is\n"
+        "warned at its 3rd and 4th identical result, refused from the 5th, and the 3rd refusal closes the session."
+    )
+    return 0
