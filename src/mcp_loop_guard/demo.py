@@ -47,7 +47,16 @@ def _summarize(result: types.CallToolResult) -> tuple[str, str]:
     texts = [c.text for c in result.content if isinstance(c, types.TextContent)]
     guard_texts = [t for t in texts if t.startswith(MARKER)]
     told = guard_texts[-1] if guard_texts else (texts[0] if texts else "")
-    return verdict, told
+    return verdict, _first_sentences(told)
+
+
+def _first_sentences(text: str, limit: int = 160) -> str:
+    """Enough of a long message to read in a table cell."""
+    text = " ".join(text.split())
+    if len(text) <= limit:
+        return text
+    cut = text.rfind(". ", 0, limit)
+    return text[: cut + 1] if cut > 0 else text[:limit] + "..."
 
 
 async def _drive() -> list[_Row]:
@@ -78,14 +87,16 @@ async def _drive() -> list[_Row]:
 
 def run_demo(argv: Sequence[str]) -> int:
     """Run the scripted session and print its timeline; exit 0 when it behaved as designed."""
-    console = Console(stderr=False, highlight=False)
+    console = Console(highlight=False, width=max(Console().width, 110))
     console.print(Text("mcp-loop-guard demo: a scripted agent calls a small server through the guard\n", style="bold"))
     rows = anyio.run(_drive)
     table = Table(title="Timeline", show_lines=True)
     for column in ("#", "call", "situation", "verdict", "what the model was told"):
         table.add_column(column, overflow="fold")
     for row in rows:
-        table.add_row(str(row.step), row.call, row.why, Text(row.verdict, style=_STYLE.get(row.verdict, "")), row.told)
+        table.add_row(
+            str(row.step), row.call, row.why, Text(row.verdict, style=_STYLE.get(row.verdict, "")), Text(row.told)
+        )
     console.print(table)
     verdicts = [row.verdict for row in rows]
     expected = ["pass"] * 9 + ["warn", "warn", "block", "block", "abort"]
@@ -93,7 +104,8 @@ def run_demo(argv: Sequence[str]) -> int:
         console.print(f"[red]unexpected verdicts:[/red] {verdicts}")
         return 1
     console.print(
-        "Polling with changing results and calls with different arguments pass untouched; the stuck call is\n"
-        "warned at its 3rd and 4th identical result, refused from the 5th, and the 3rd refusal closes the session."
+        "Different arguments and polling with a changing result pass untouched. The stuck call is warned at its "
+        "3rd and 4th identical result and refused from the 5th; the 3rd refusal closes the session "
+        "(the guard exits with code 3)."
     )
     return 0

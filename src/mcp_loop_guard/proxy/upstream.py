@@ -13,11 +13,16 @@ import logging
 from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import AsyncExitStack, asynccontextmanager
 from typing import Any, Protocol, cast
+from urllib.parse import urlsplit, urlunsplit
 
 import anyio
+import httpx2
 import mcp_types as types
 from mcp import ClientSession
 from mcp.client.session import ClientRequestContext, IncomingMessage
+from mcp.client.sse import sse_client
+from mcp.client.streamable_http import streamable_http_client
+from mcp.shared._httpx_utils import create_mcp_http_client
 from mcp.shared._stream_protocols import ReadStream, WriteStream
 from mcp.shared.dispatcher import ProgressFnT
 from mcp.shared.exceptions import MCPError
@@ -83,12 +88,17 @@ class Upstream:
     def __init__(
         self,
         name: str,
-        child: ChildProcess | None,
         read: ReadStream[SessionMessage | Exception],
         write: WriteStream[SessionMessage],
+        *,
+        child: ChildProcess | None = None,
+        label: str | None = None,
     ) -> None:
         self.name = name
         self.child = child
+        self._label = label or name
+        self._gone: str | None = None
+        self._gone_event = anyio.Event()
         self._session = _MirrorSession(
             read,
             write,
@@ -105,13 +115,38 @@ class Upstream:
     @property
     def label(self) -> str:
         """How error messages name this upstream."""
-        return f"`{self.child.label}`" if self.child is not None else self.name
+        return f"`{self.child.label}`" if self.child is not None else self._label
 
     def gone_reason(self) -> str | None:
         """Why the upstream cannot answer any more, or None while it can."""
         if self.child is not None and self.child.exited.is_set():
             return f"upstream {self.label} {self.child.describe_exit()}"
-        return None
+        return self._gone
+
+    def mark_gone(self, reason: str) -> None:
+        """Record that the connection is unusable (a failed health check, a closed stream)."""
+        if self._gone is None:
+            self._gone = reason
+            self._gone_event.set()
+
+    async def wait_gone(self) -> str:
+        """Return once the upstream cannot answer any more, with the reason."""
+        async with anyio.create_task_group() as tg:
+
+            async def child_exit() -> None:
+                if self.child is not None:
+                    await self.child.exited.wait()
+                    tg.cancel_scope.cancel()
+                else:
+                    await anyio.sleep_forever()
+
+            async def closed() -> None:
+                await self._gone_event.wait()
+                tg.cancel_scope.cancel()
+
+            tg.start_soon(child_exit)
+            tg.start_soon(closed)
+        return self.gone_reason() or f"upstream {self.label} closed the connection"
 
     async def connect(self, client_info: types.Implementation, capabilities: types.ClientCapabilities) -> None:
         """Run the handshake once, claiming the downstream client's identity and capabilities."""
@@ -160,7 +195,9 @@ class Upstream:
             return await pending
         except MCPError as exc:
             if exc.error.code == types.CONNECTION_CLOSED or self.gone_reason() is not None:
-                raise UpstreamGoneError(await self._wait_reason()) from exc
+                reason = await self._wait_reason()
+                self.mark_gone(reason)
+                raise UpstreamGoneError(reason) from exc
             raise
         except ValidationError as exc:
             raise MCPError(types.INTERNAL_ERROR, f"upstream {self.label} sent an invalid result") from exc
@@ -226,6 +263,37 @@ async def open_stdio_upstream(
     """Start the upstream command; the MCP handshake waits for :meth:`Upstream.connect`."""
     async with AsyncExitStack() as stack:
         child, read, write = await stack.enter_async_context(open_child(command, env=env, cwd=cwd))
-        upstream = Upstream(name, child, read, write)
+        upstream = Upstream(name, read, write, child=child)
         await stack.enter_async_context(upstream._session)
         yield upstream
+
+
+@asynccontextmanager
+async def open_http_upstream(
+    name: str, url: str, *, transport: str = "http", headers: Mapping[str, str] | None = None
+) -> AsyncIterator[Upstream]:
+    """Connect to a streamable HTTP or SSE upstream; the handshake waits for :meth:`Upstream.connect`."""
+    label = f"{name} ({redact_url(url)})"
+    async with AsyncExitStack() as stack:
+        try:
+            if transport == "sse":
+                read, write = await stack.enter_async_context(sse_client(url, headers=dict(headers or {})))
+            else:
+                client = await stack.enter_async_context(create_mcp_http_client(headers=dict(headers or {})))
+                read, write = await stack.enter_async_context(
+                    streamable_http_client(url, http_client=client, terminate_on_close=True)
+                )
+        except (OSError, httpx2.HTTPError) as exc:
+            raise UpstreamGoneError(f"upstream {label} is unreachable: {exc}") from exc
+        upstream = Upstream(name, read, write, label=label)
+        await stack.enter_async_context(upstream._session)
+        yield upstream
+
+
+def redact_url(url: str) -> str:
+    """The URL without credentials or query, fit for logs."""
+    parts = urlsplit(url)
+    host = parts.hostname or ""
+    if parts.port:
+        host = f"{host}:{parts.port}"
+    return urlunsplit((parts.scheme, host, parts.path, "", ""))
