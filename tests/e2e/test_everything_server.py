@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import anyio
@@ -26,6 +27,8 @@ from tests.harness import (
 pytestmark = [pytest.mark.e2e, pytest.mark.anyio, pytest.mark.parametrize("mode", ["direct", "guarded"])]
 
 LONG_RUNNING = "trigger-long-running-operation"
+# The simulated log lines read "Info-level message", "Alert level-message", ...
+SIMULATED_LOG = re.compile(r"level.message", re.IGNORECASE)
 
 # resources/subscribe and logging/setLevel are deprecated by the 2026-07-28 revision, but they
 # are what a 2025-11-25 client sends, and the guard must relay them.
@@ -196,7 +199,8 @@ async def test_logging_messages_reach_client(connect: Connector, everything_serv
             await conn.session.set_logging_level("debug")
             await conn.session.call_tool("toggle-simulated-logging", {})
             logged = await inbox.wait_for(
-                types.LoggingMessageNotification, lambda message: "-level message" in str(message.params.data)
+                types.LoggingMessageNotification,
+                lambda message: SIMULATED_LOG.search(str(message.params.data)) is not None,
             )
             await conn.session.call_tool("toggle-simulated-logging", {})
             await conn.session.send_ping()
