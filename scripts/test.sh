@@ -1,0 +1,46 @@
+#!/usr/bin/env bash
+# Installs the test dependencies and runs the whole test suite: lint, format check,
+# type check, then pytest (unit and end-to-end). Extra arguments go to pytest.
+#
+# Needs Python 3.11+ (as python3, or set PYTHON) and Node.js with npm. Creates
+# .venv in the repository if missing, installs the package with its `test` extra
+# (pytest, ruff, mypy, mcp-server-time, mcp-server-git, ...), and installs the
+# pinned npm test servers (@modelcontextprotocol/server-everything) in tests/node.
+set -euo pipefail
+
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+
+python="${PYTHON:-python3}"
+if [[ ! -x .venv/bin/python ]]; then
+    if ! "$python" -c 'import sys; sys.exit(sys.version_info < (3, 11))'; then
+        echo "error: $python is $("$python" --version 2>&1); Python 3.11+ is required (set PYTHON=...)" >&2
+        exit 1
+    fi
+    "$python" -m venv .venv
+fi
+
+echo "== installing Python test dependencies into .venv"
+.venv/bin/python -m pip install --quiet --disable-pip-version-check -e '.[test]'
+
+echo "== installing npm test servers into tests/node"
+if ! command -v npm >/dev/null; then
+    echo "error: npm is required for the end-to-end test servers (install Node.js with npm)" >&2
+    exit 1
+fi
+(
+    cd tests/node
+    if [[ -f package-lock.json ]]; then
+        npm ci --no-audit --no-fund --loglevel=error
+    else
+        npm install --no-audit --no-fund --loglevel=error
+    fi
+)
+
+echo "== ruff check"
+.venv/bin/ruff check .
+echo "== ruff format --check"
+.venv/bin/ruff format --check .
+echo "== mypy"
+.venv/bin/mypy
+echo "== pytest"
+exec .venv/bin/pytest "$@"
