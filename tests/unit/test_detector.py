@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import gc
 import sys
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from types import MappingProxyType
 from typing import Any
 
@@ -30,8 +30,8 @@ SAME = text("127.0.0.1 localhost")
 class Session:
     """One downstream session: forwards allowed calls to a fake upstream that counts them."""
 
-    def __init__(self, policy: Policy | None = None) -> None:
-        self.detector = LoopDetector(policy or Policy())
+    def __init__(self, policy: Policy | None = None, policy_for: Callable[[str], Policy] | None = None) -> None:
+        self.detector = LoopDetector(policy or Policy(), policy_for)
         self.reached = 0
         self.now = 0.0
 
@@ -472,3 +472,77 @@ def test_identical_calls_escalate_monotonically_to_a_block_at_the_threshold(
     refusals = actions[block - 1 :]
     aborts_from = 0 if terminate else abort - 1
     assert refusals == [BLOCK if i < aborts_from else ABORT for i in range(len(refusals))]
+
+
+def by_server(session: Policy, **servers: Policy) -> Callable[[str], Policy]:
+    """policy_for over prefixed tool names: the server's policy, else the session's."""
+    return lambda tool: servers.get(tool.partition("__")[0], session)
+
+
+def test_each_server_blocks_at_its_own_threshold() -> None:
+    """A server set to warn at 2 and block at 3 refuses its 3rd call; its neighbour keeps 3 and 5."""
+    strict = Policy(warn_threshold=2, block_threshold=3)
+    session = Session(Policy(), by_server(Policy(), git=strict))
+    assert session.actions(3, tool="git__status") == [ALLOW, WARN, BLOCK]
+    assert session.actions(5, tool="time__now") == [ALLOW, ALLOW, WARN, WARN, BLOCK]
+    assert session.reached == 2 + 4
+    assert session.detector.blocks == 2
+
+
+def test_a_warning_names_the_servers_own_block_threshold() -> None:
+    """The warning says when refusals start for this tool's server, not the session's default."""
+    session = Session(Policy(), by_server(Policy(), git=Policy(warn_threshold=2, block_threshold=4)))
+    session.call(tool="git__status")
+    warning = session.call(tool="git__status")
+    assert warning.action is WARN
+    assert warning.reason is not None
+    assert "refused from call #4" in warning.reason
+
+
+def test_a_tool_ignored_on_one_server_only() -> None:
+    """search is ignored on the docs server and still guarded on the web server."""
+    session = Session(Policy(), by_server(Policy(), docs=Policy(ignore_tools=("docs__search",))))
+    assert set(session.actions(10, tool="docs__search")) == {ALLOW}
+    assert session.detector.blocks == 0
+    assert session.actions(5, tool="web__search")[-1] is BLOCK
+
+
+def test_a_call_to_another_servers_tool_breaks_the_streak() -> None:
+    """Rule 1 holds across servers: a visible call elsewhere starts the streak over."""
+    session = Session(Policy(), by_server(Policy(), git=Policy(warn_threshold=2, block_threshold=3)))
+    session.actions(1, tool="git__status")
+    session.call(tool="time__now")
+    assert session.call(tool="git__status").streak == 1
+
+
+def test_a_disabled_server_is_invisible_like_an_ignored_tool() -> None:
+    """enabled=False for one server: its calls are never judged and do not break other streaks."""
+    session = Session(Policy(), by_server(Policy(), raw=Policy(enabled=False)))
+    session.actions(2, tool="git__status")
+    assert set(session.actions(10, tool="raw__dump")) == {ALLOW}
+    assert session.call(tool="git__status").action is WARN
+
+
+def test_one_server_can_be_guarded_while_the_session_default_is_off() -> None:
+    """A server policy with enabled=True is judged even when the session's is disabled."""
+    off = Policy(enabled=False)
+    session = Session(off, by_server(off, git=Policy()))
+    assert set(session.actions(10, tool="time__now")) == {ALLOW}
+    assert session.actions(5, tool="git__status")[-1] is BLOCK
+
+
+def test_ignore_errors_follows_the_tools_server() -> None:
+    """Identical errors are free on a server that ignores errors and counted on the others."""
+    failing = text("not found", error=True)
+    session = Session(Policy(), by_server(Policy(), web=Policy(ignore_errors=True)))
+    assert set(session.actions(8, tool="web__fetch", result=failing)) == {ALLOW}
+    assert session.actions(3, tool="git__show", result=failing)[-1] is WARN
+
+
+def test_the_request_window_and_abort_count_stay_the_sessions() -> None:
+    """A server's abort_threshold, use_terminate and window length are not used: the session's are."""
+    server = Policy(warn_threshold=1, block_threshold=2, abort_threshold=1, use_terminate=True, reset_after_seconds=1)
+    session = Session(Policy(reset_after_seconds=60), by_server(Policy(), git=server))
+    assert session.actions(4, tool="git__status") == [WARN, BLOCK, BLOCK, ABORT]
+    assert session.call(tool="git__status", at=30.0).action is ABORT
+    assert session.call(tool="git__status", at=100.0).action is BLOCK

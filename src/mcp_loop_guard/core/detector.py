@@ -10,12 +10,18 @@ While a batch is open the sequential state does not move: each new call is judge
 the state before the batch, and when the last call of the batch ends, only the
 last-completing visible result is compared with that state. A lone call is a batch of one.
 
+With several upstream servers, each tool may follow its own server's policy (``policy_for``):
+thresholds, ignore lists, ``ignore_errors`` and ``enabled`` come from it, while the request
+window (``reset_after_seconds``) and the refusal count that ends the session
+(``abort_threshold``, ``use_terminate``) stay the session's. There is one streak per session:
+a visible call to any other tool, on any server, ends it.
+
 State is a handful of scalars and digests; it does not grow with the number of calls.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -48,14 +54,20 @@ class LoopDetector:
         "_next_slot",
         "_pending",
         "_policy",
+        "_policy_for",
         "_refused",
         "_result",
         "_streak",
     )
 
-    def __init__(self, policy: Policy) -> None:
-        """Start a session: no streak, no blocks, nothing in flight."""
+    def __init__(self, policy: Policy, policy_for: Callable[[str], Policy] | None = None) -> None:
+        """Start a session: no streak, no blocks, nothing in flight.
+
+        ``policy`` rules the session; ``policy_for(tool)``, when given, returns the policy
+        that judges calls to ``tool`` (its server's), and is asked on every call.
+        """
         self._policy = policy
+        self._policy_for = policy_for
         self._call: CallKey | None = None
         """Call of the current streak (the last visible sequential result)."""
         self._result: ResultKey | None = None
@@ -85,7 +97,7 @@ class LoopDetector:
         BLOCK/ABORT without one: the call must then not reach the upstream, and the
         verdict's reason is the refusal to hand to the model.
         """
-        policy = self._policy
+        policy = self._rules(tool)
         if not policy.active or policy.ignores(tool):
             return None, Verdict(Action.ALLOW, tool, 0, blocks=self._blocks)
         key = call_key(tool, arguments)
@@ -111,7 +123,7 @@ class LoopDetector:
         allow = Verdict(Action.ALLOW, ticket.tool, 0, blocks=self._blocks)
         if not self._release(ticket):
             return allow
-        visible = not (self._policy.ignore_errors and result.get("isError") is True)
+        visible = not (self._rules(ticket.tool).ignore_errors and result.get("isError") is True)
         if visible:
             self._pending = (ticket.call, result_key(result))
         if self._in_flight:
@@ -127,6 +139,10 @@ class LoopDetector:
         if self._release(ticket) and not self._in_flight:
             self._idle_since = now
             self._settle()
+
+    def _rules(self, tool: str) -> Policy:
+        """The policy that judges calls to ``tool``."""
+        return self._policy if self._policy_for is None else self._policy_for(tool)
 
     def _release(self, ticket: Ticket) -> bool:
         """Free the ticket's slot; False for a stale or already released ticket."""
@@ -159,7 +175,7 @@ class LoopDetector:
 
     def _graded(self, tool: str, streak: int) -> Verdict:
         """ALLOW, or WARN with the model-visible warning once the streak reaches warn."""
-        policy = self._policy
+        policy = self._rules(tool)
         if not policy.warn_threshold <= streak < policy.block_threshold:
             return Verdict(Action.ALLOW, tool, streak, blocks=self._blocks)
         if streak == policy.block_threshold - 1:
@@ -175,7 +191,7 @@ class LoopDetector:
         return Verdict(Action.WARN, tool, streak, reason, self._blocks)
 
     def _refuse(self, tool: str, now: float) -> Verdict:
-        """Count a refusal and word it; ABORT once the window has seen enough of them."""
+        """Count a refusal and word it; ABORT once the window has seen enough of them (session rules)."""
         policy = self._policy
         self._refused += 1
         self._blocks += 1
