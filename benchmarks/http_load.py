@@ -1,0 +1,149 @@
+"""Scenario 2: streamable HTTP, many concurrent sessions, directly and through proxies.
+
+Every target keeps ``sessions`` warm sessions; a burst has each session make
+sequential echo calls, all sessions at once. Bursts alternate between targets
+(A B, B A, ...), and each target's throughput is its calls over the time its
+bursts took. The load comes from one Python process, as the guard's would
+from one agent host; on two cores the client itself uses much of one.
+
+The upstream is server-everything in its streamable HTTP mode. The guard and
+FastMCP forward HTTP to it; mcp-proxy can only put HTTP in front of a stdio
+server, so it runs its own server-everything over stdio, shared by all sessions.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import AsyncIterator, Callable, Sequence
+from contextlib import AsyncExitStack, asynccontextmanager
+from dataclasses import dataclass
+from typing import TextIO
+
+import anyio
+from mcp import ClientSession
+from mcp.client.streamable_http import streamable_http_client
+
+from benchmarks.processes import BenchmarkError
+from benchmarks.results import DIRECT, Row
+from benchmarks.stats import ratio, summarize
+from benchmarks.stdio_rtt import CALL_SECONDS, call
+
+SCENARIO = "http"
+
+
+@dataclass(frozen=True)
+class HttpTarget:
+    """A running endpoint to load."""
+
+    via: str
+    url: str
+    note: str = ""
+
+
+@asynccontextmanager
+async def open_sessions(url: str, count: int) -> AsyncIterator[list[ClientSession]]:
+    """``count`` initialized sessions to ``url``, each with its own HTTP connection pool.
+
+    Raises:
+        BenchmarkError: a session could not be initialized.
+    """
+    async with AsyncExitStack() as stack:
+        sessions = []
+        for _ in range(count):
+            read, write = await stack.enter_async_context(streamable_http_client(url))
+            session = await stack.enter_async_context(ClientSession(read, write))
+            try:
+                with anyio.fail_after(CALL_SECONDS):
+                    await session.initialize()
+            except TimeoutError as exc:
+                raise BenchmarkError(f"no session could be initialized at {url}") from exc
+            sessions.append(session)
+        yield sessions
+
+
+async def burst(sessions: Sequence[ClientSession], calls: int, tag: str) -> tuple[list[float], float]:
+    """Every session makes ``calls`` sequential echo calls, all sessions at once; latencies and wall time."""
+    latencies: list[float] = []
+
+    async def worker(index: int, session: ClientSession) -> None:
+        for k in range(calls):
+            started = time.perf_counter()
+            await call(session, "echo", {"message": f"{tag} session {index} call {k}"})
+            latencies.append(time.perf_counter() - started)
+
+    started = time.perf_counter()
+    async with anyio.create_task_group() as tg:
+        for index, session in enumerate(sessions):
+            tg.start_soon(worker, index, session)
+    return latencies, time.perf_counter() - started
+
+
+async def measure(
+    targets: Sequence[HttpTarget],
+    sessions: int,
+    calls: int,
+    rounds: int,
+    advance: Callable[[int], None],
+) -> list[Row]:
+    """Interleaved bursts on every target; calls/s, p50 and p99 with ratios to direct."""
+    case = f"echo, {sessions} sessions"
+    latencies: dict[str, list[float]] = {t.via: [] for t in targets}
+    walls: dict[str, float] = dict.fromkeys(latencies, 0.0)
+    async with AsyncExitStack() as stack:
+        pools = [await stack.enter_async_context(open_sessions(t.url, sessions)) for t in targets]
+        for target, pool in zip(targets, pools, strict=True):
+            await burst(pool, 2, f"warmup {target.via}")
+        for r in range(rounds):
+            order = list(zip(targets, pools, strict=True))
+            for target, pool in order if r % 2 == 0 else reversed(order):
+                got, wall = await burst(pool, calls, f"round {r}")
+                latencies[target.via].extend(got)
+                walls[target.via] += wall
+                advance(1)
+    direct = summarize(latencies[DIRECT])
+    direct_rate = len(latencies[DIRECT]) / walls[DIRECT]
+    rows = []
+    for target in targets:
+        latency = summarize(latencies[target.via])
+        rate = len(latencies[target.via]) / walls[target.via]
+        values: dict[str, float | int | str] = {
+            "n": latency.n,
+            "calls_s": rate,
+            "x_calls_s": ratio(rate, direct_rate),
+            "p50_ms": latency.p50 * 1e3,
+            "p99_ms": latency.p99 * 1e3,
+            "x_p50": ratio(latency.p50, direct.p50),
+            "x_p99": ratio(latency.p99, direct.p99),
+        }
+        rows.append(Row(SCENARIO, case, target.via, values, target.note))
+    return rows
+
+
+INIT_BODY = (
+    b'{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25",'
+    b'"capabilities":{},"clientInfo":{"name":"idle-session","version":"0"}}}'
+)
+INITIALIZED_BODY = b'{"jsonrpc":"2.0","method":"notifications/initialized"}'
+
+
+async def open_idle_sessions(url: str, count: int, log: TextIO, advance: Callable[[int], None]) -> int:
+    """Initialize ``count`` sessions with raw HTTP and leave them idle (no GET stream); return how many opened."""
+    import httpx2
+
+    headers = {"Accept": "application/json, text/event-stream", "Content-Type": "application/json"}
+    opened = 0
+    async with httpx2.AsyncClient(timeout=CALL_SECONDS) as client:
+        for _ in range(count):
+            response = await client.post(url, content=INIT_BODY, headers=headers)
+            session_id = response.headers.get("mcp-session-id")
+            if response.status_code != 200 or not session_id:
+                print(f"idle session refused: {response.status_code} {response.text[:200]}", file=log)
+                break
+            await client.post(
+                url,
+                content=INITIALIZED_BODY,
+                headers={**headers, "mcp-session-id": session_id, "mcp-protocol-version": "2025-11-25"},
+            )
+            opened += 1
+            advance(1)
+    return opened
