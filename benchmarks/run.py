@@ -1,0 +1,383 @@
+"""Run the benchmark suite: ``python -m benchmarks.run [--size smoke|full] [--out PATH]``.
+
+Prints one table per scenario and the issue's targets, and writes every number
+to a JSON file (``benchmarks/results/<timestamp>.json`` unless ``--out`` says
+otherwise), with the children's stderr in a ``.log`` beside it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import subprocess
+import sys
+import traceback
+from collections.abc import Awaitable, Callable, Sequence
+from contextlib import AsyncExitStack
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from importlib.metadata import PackageNotFoundError, version
+from pathlib import Path
+from typing import Any, TextIO
+
+import anyio
+import psutil
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
+
+from benchmarks import http_load, stdio_rtt
+from benchmarks.checks import evaluate
+from benchmarks.peers import FASTMCP_PEER, FASTMCP_SCRIPT, MCP_PROXY_PEER, PEERS
+from benchmarks.processes import (
+    BENCH_DIR,
+    EVERYTHING_MISSING,
+    REPO_ROOT,
+    WORKTREE,
+    GuardBuild,
+    Via,
+    background_server,
+    everything_command,
+    fixture_command,
+    free_port,
+    guard_builds,
+    guard_http_support,
+    scratch_dir,
+)
+from benchmarks.report import markdown, print_report
+from benchmarks.results import DIRECT, FASTMCP, MCP_PROXY, Report, Row
+from benchmarks.sizes import SIZES, Size
+
+EXIT_FAILED = 1
+NO_PEERS = "peers not run (--skip-peers, the default at --size smoke)"
+MCP_PROXY_STDIO = "mcp-proxy only bridges stdio and HTTP, so it has no stdio-to-stdio path; see the HTTP scenario"
+SCENARIOS = ("fingerprint", "memory", "stdio", "http", "profile")
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.run", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--size", choices=sorted(SIZES), default="full", help="workload (default: full)")
+    parser.add_argument("--out", type=Path, help="JSON file to write (default: benchmarks/results/<timestamp>.json)")
+    parser.add_argument("--markdown", type=Path, help="also write the tables as Markdown to this file")
+    peers = parser.add_mutually_exclusive_group()
+    peers.add_argument(
+        "--peers", dest="peers", action="store_true", default=None, help="compare with FastMCP/mcp-proxy"
+    )
+    peers.add_argument("--skip-peers", dest="peers", action="store_false", help="do not install or run the peers")
+    parser.add_argument(
+        "--guard",
+        action="append",
+        metavar="REF",
+        help=f"guard revision to measure: {WORKTREE!r} (the installed work tree, default) or a git ref; repeatable",
+    )
+    parser.add_argument("--only", action="append", choices=SCENARIOS, help="run only these scenarios; repeatable")
+    return parser
+
+
+@dataclass
+class Run:
+    """One run's settings, shared by the scenarios."""
+
+    size: Size
+    builds: list[GuardBuild]
+    peer_skips: dict[str, str | None]
+    """Per peer: None when ready to run, else why it is skipped."""
+    log: TextIO
+    scratch: Path
+    progress: Progress
+    rows: list[Row] = field(default_factory=list)
+    failures: list[str] = field(default_factory=list)
+
+    def advancer(self, task: TaskID) -> Callable[[int], None]:
+        """A callback that moves ``task``'s bar by n steps."""
+        return lambda n: self.progress.advance(task, n)
+
+    def skip(self, scenario: str, case: str, via: str, reason: str) -> None:
+        """Record a measurement that was not made, and why."""
+        self.rows.append(Row(scenario, case, via, skipped=reason))
+
+
+# --- scenarios -------------------------------------------------------------------------------
+
+
+async def _fingerprint(run: Run, task: TaskID) -> None:
+    from benchmarks import fingerprint_speed
+
+    size = run.size
+    run.rows += fingerprint_speed.measure(
+        size.text_bytes, size.image_bytes, size.fingerprint_repeats, run.advancer(task)
+    )
+
+
+async def _memory(run: Run, task: TaskID) -> None:
+    from benchmarks import detector_memory
+
+    size = run.size
+    run.rows += detector_memory.measure(size.detector_calls, size.detector_checkpoints, run.advancer(task))
+    case = f"resident memory, {size.idle_sessions:,} idle HTTP sessions"
+    everything = everything_command("streamableHttp")
+    if everything is None:
+        run.skip("memory", case, DIRECT, EVERYTHING_MISSING)
+        return
+    port = free_port()
+    async with background_server(everything, port, run.log, {"PORT": str(port)}) as server:
+        run.rows.append(
+            await _idle_rss(run, task, case=case, via=DIRECT, server=server, url=f"http://127.0.0.1:{port}/mcp")
+        )
+        run.rows[-1].note = "server-everything itself, for scale"
+        for build in run.builds:
+            reason = guard_http_support(build)
+            if reason is not None:
+                run.skip("memory", case, build.label, reason)
+                continue
+            guard_port = free_port()
+            command = build.http_command(guard_port, f"http://127.0.0.1:{port}/mcp")
+            async with background_server(command, guard_port, run.log, build.env) as guard:
+                url = f"http://127.0.0.1:{guard_port}/mcp"
+                run.rows.append(await _idle_rss(run, task, case=case, via=build.label, server=guard, url=url))
+
+
+async def _idle_rss(run: Run, task: TaskID, *, case: str, via: str, server: psutil.Process, url: str) -> Row:
+    before = server.memory_info().rss
+    opened = await http_load.open_idle_sessions(url, run.size.idle_sessions, run.log, run.advancer(task))
+    await anyio.sleep(1.0)  # let the server finish whatever each session started
+    after = server.memory_info().rss
+    values: dict[str, float | int | str] = {
+        "sessions": opened,
+        "rss_before_mb": before / 2**20,
+        "rss_mb": after / 2**20,
+        "kb_per_session": (after - before) / max(opened, 1) / 1024,
+    }
+    return Row("memory", case, via, values)
+
+
+def _stdio_vias(run: Run, upstream: list[str], cases: Sequence[str]) -> list[Via]:
+    vias = [Via(DIRECT, upstream)]
+    vias += [Via(build.label, build.command(upstream), build.env) for build in run.builds]
+    fastmcp_skip = run.peer_skips[FASTMCP]
+    if fastmcp_skip is None:
+        argv = [str(FASTMCP_PEER.executable), str(FASTMCP_SCRIPT), "stdio", *upstream]
+        vias.append(Via(FASTMCP, argv, note="create_proxy(StdioTransport(...)), warm upstream session"))
+    for case in cases:
+        if fastmcp_skip is not None:
+            run.skip("stdio", case, FASTMCP, fastmcp_skip)
+        run.skip("stdio", case, MCP_PROXY, MCP_PROXY_STDIO)
+    return vias
+
+
+async def _stdio(run: Run, task: TaskID) -> None:
+    size = run.size
+    echo = stdio_rtt.Case(
+        "echo · server-everything",
+        "echo",
+        lambda i: {"message": f"call {i}"},
+        size.echo_calls,
+        size.echo_warmup,
+    )
+    everything = everything_command()
+    if everything is None:
+        run.skip("stdio", echo.name, DIRECT, EVERYTHING_MISSING)
+    else:
+        vias = _stdio_vias(run, everything, [echo.name])
+        run.rows += await stdio_rtt.run_group(vias, [echo], run.log, run.advancer(task))
+    large = size.large_bytes
+    fixture_cases = [
+        stdio_rtt.Case("echo · fixture", "echo", lambda i: {"text": f"call {i}"}, size.echo_calls, size.echo_warmup),
+        stdio_rtt.Case(
+            f"{large / 1e6:g} MB result · fixture",
+            "blob",
+            lambda i: {"size": large, "seed": i},
+            size.large_calls,
+            size.large_warmup,
+        ),
+    ]
+    vias = _stdio_vias(run, fixture_command(), [case.name for case in fixture_cases])
+    run.rows += await stdio_rtt.run_group(vias, fixture_cases, run.log, run.advancer(task))
+
+
+async def _http(run: Run, task: TaskID) -> None:
+    size = run.size
+    case = f"echo, {size.http_sessions} sessions"
+    everything_http, everything_stdio = everything_command("streamableHttp"), everything_command()
+    if everything_http is None or everything_stdio is None:
+        run.skip("http", case, DIRECT, EVERYTHING_MISSING)
+        return
+    async with AsyncExitStack() as stack:
+        port = free_port()
+        upstream = f"http://127.0.0.1:{port}/mcp"
+        await stack.enter_async_context(background_server(everything_http, port, run.log, {"PORT": str(port)}))
+        targets = [http_load.HttpTarget(DIRECT, upstream, "server-everything streamableHttp")]
+        for build in run.builds:
+            reason = guard_http_support(build)
+            if reason is not None:
+                run.skip("http", case, build.label, reason)
+                continue
+            guard_port = free_port()
+            command = build.http_command(guard_port, upstream)
+            await stack.enter_async_context(background_server(command, guard_port, run.log, build.env))
+            targets.append(http_load.HttpTarget(build.label, f"http://127.0.0.1:{guard_port}/mcp", "HTTP to HTTP"))
+        if (reason := run.peer_skips[FASTMCP]) is not None:
+            run.skip("http", case, FASTMCP, reason)
+        else:
+            peer_port = free_port()
+            command = [str(FASTMCP_PEER.executable), str(FASTMCP_SCRIPT), "http", str(peer_port), upstream]
+            await stack.enter_async_context(background_server(command, peer_port, run.log))
+            note = "HTTP to HTTP, create_proxy(url): a new upstream session per request (its default)"
+            targets.append(http_load.HttpTarget(FASTMCP, f"http://127.0.0.1:{peer_port}/mcp", note))
+        if (reason := run.peer_skips[MCP_PROXY]) is not None:
+            run.skip("http", case, MCP_PROXY, reason)
+        else:
+            peer_port = free_port()
+            command = [str(MCP_PROXY_PEER.executable), "--port", str(peer_port), "--", *everything_stdio]
+            await stack.enter_async_context(background_server(command, peer_port, run.log))
+            note = "HTTP to stdio: one server-everything process shared by all sessions"
+            targets.append(http_load.HttpTarget(MCP_PROXY, f"http://127.0.0.1:{peer_port}/mcp", note))
+        run.progress.update(task, total=size.http_rounds * len(targets))
+        run.rows += await http_load.measure(
+            targets, size.http_sessions, size.http_calls, size.http_rounds, run.advancer(task)
+        )
+
+
+async def _profile(run: Run, task: TaskID) -> dict[str, Any] | None:
+    from benchmarks import guard_profile
+
+    upstream = everything_command() or fixture_command()
+    return await guard_profile.profile(
+        run.builds[0],
+        upstream=upstream,
+        calls=run.size.profile_calls,
+        warmup=max(run.size.echo_warmup, 20),
+        scratch=run.scratch,
+        errlog=run.log,
+        advance=run.advancer(task),
+    )
+
+
+# --- the run ---------------------------------------------------------------------------------
+
+
+def _version(package: str) -> str | None:
+    try:
+        return version(package)
+    except PackageNotFoundError:
+        return None
+
+
+def _output(command: Sequence[str]) -> str | None:
+    try:
+        done = subprocess.run(command, capture_output=True, text=True, check=False, cwd=REPO_ROOT)
+    except OSError:
+        return None
+    return done.stdout.strip() or None
+
+
+def describe_machine() -> dict[str, Any]:
+    """What the numbers depend on: CPU, load, interpreter, library versions, revision."""
+    cpu = "unknown"
+    cpuinfo = Path("/proc/cpuinfo")
+    if cpuinfo.exists():
+        for line in cpuinfo.read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    dirty = bool(_output(["git", "status", "--porcelain", "--", "src"]))
+    return {
+        "date": datetime.now(UTC).isoformat(timespec="seconds"),
+        "cpu": cpu,
+        "cores": os.cpu_count(),
+        "memory_gb": round(psutil.virtual_memory().total / 1e9, 1),
+        "load_average_at_start": [round(x, 2) for x in os.getloadavg()],
+        "platform": platform.platform(),
+        "python": platform.python_version(),
+        "node": _output(["node", "--version"]),
+        "mcp": _version("mcp"),
+        "mcp_loop_guard": _version("mcp-loop-guard"),
+        "commit": _output(["git", "rev-parse", "--short", "HEAD"]),
+        "src_modified": dirty,
+        "peers": {peer.name: peer.requirement for peer in PEERS},
+    }
+
+
+def _install_peers(wanted: bool, console: Console) -> dict[str, str | None]:
+    skips: dict[str, str | None] = {}
+    for peer in PEERS:
+        if not wanted:
+            skips[peer.name] = NO_PEERS
+            continue
+        with console.status(f"installing {peer.requirement} into {peer.venv.relative_to(REPO_ROOT)} (first run only)"):
+            skips[peer.name] = peer.install()
+    return skips
+
+
+async def _run_all(run: Run, only: Sequence[str]) -> dict[str, Any] | None:
+    size = run.size
+    steps: dict[str, tuple[int, Callable[[Run, TaskID], Awaitable[Any]]]] = {
+        "fingerprint": (4, _fingerprint),
+        "memory": (size.detector_calls + size.idle_sessions * (1 + len(run.builds)), _memory),
+        "stdio": (2 * (size.echo_calls + size.echo_warmup) + size.large_calls + size.large_warmup, _stdio),
+        "http": (size.http_rounds * 4, _http),
+        "profile": (size.profile_calls, _profile),
+    }
+    profile = None
+    for name, (total, scenario) in steps.items():
+        if name not in only:
+            continue
+        task = run.progress.add_task(name, total=total)
+        try:
+            result = await scenario(run, task)
+        # Any failure: recorded, the log gets the traceback, the exit status says so; the rest still run.
+        except Exception as exc:
+            run.failures.append(f"{name}: {exc!r}")
+            traceback.print_exc(file=run.log)
+            run.skip(name, "(scenario)", "-", f"failed: {exc!r} (traceback in the log)")
+        else:
+            if name == "profile":
+                profile = result
+        run.progress.update(task, completed=run.progress.tasks[task].total)
+    return profile
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the selected scenarios; 0 when all ran (skips included), 1 when one failed."""
+    args = _parser().parse_args(argv)
+    size = SIZES[args.size]
+    console = Console()
+    if not console.is_terminal:
+        console = Console(width=160)  # logs and CI: wide tables rather than wrapped cells
+    stamp = datetime.now(UTC).strftime("%Y%m%d-%H%M%S")
+    out: Path = args.out or BENCH_DIR / "results" / f"{stamp}.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    log_path = out.with_suffix(".log")
+    peers_wanted = args.peers if args.peers is not None else size.name == "full"
+    meta = describe_machine()
+    meta.update(size=size.name, command=" ".join(["python -m benchmarks.run", *(argv or sys.argv[1:])]))
+    with scratch_dir() as scratch, log_path.open("w", encoding="utf-8") as log:
+        builds = guard_builds(args.guard or [WORKTREE], Path(scratch))
+        if builds[0].pythonpath:
+            sys.path.insert(0, builds[0].pythonpath)  # in-process scenarios measure the same revision
+        meta["guards"] = [build.label for build in builds]
+        skips = _install_peers(peers_wanted, console)
+        progress = Progress(
+            TextColumn("{task.description:>12}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TimeElapsedColumn(),
+            console=console,
+        )
+        run = Run(size, builds, skips, log, Path(scratch), progress)
+        with progress:
+            profile = anyio.run(_run_all, run, args.only or SCENARIOS)
+    report = Report(meta, run.rows, profile=profile)
+    report.checks = evaluate(report, builds[0].label)
+    print_report(report, console)
+    report.write(out)
+    if args.markdown:
+        args.markdown.write_text(markdown(report), encoding="utf-8")
+    console.print(f"results: {out}  (children's stderr: {log_path})")
+    for failure in run.failures:
+        console.print(f"[red]failed[/] {failure}")
+    return EXIT_FAILED if run.failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
