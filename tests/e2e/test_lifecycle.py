@@ -152,3 +152,28 @@ async def test_killed_upstream_fails_pending_call(connect: Connector, counting: 
     text = " ".join(texts(result))
     assert _names_command(text, counting.command), text
     assert KILLED_STATUS.search(text), text
+
+
+async def test_use_terminate_aborts_at_first_refusal(connect: Connector, counting: CountingUpstream) -> None:
+    """With --use-terminate the first refusal ends the session: its result arrives, then the guard exits 3."""
+    async with connect.guard_process(counting.command, env=counting.env, guard_args=["--use-terminate"]) as guard:
+        with anyio.fail_after(10):
+            results = [await guard.session.call_tool("constant", {}) for _ in range(5)]
+        with anyio.fail_after(10):
+            status = await guard.wait_exit()
+        await _assert_nothing_left(guard)
+        stderr = guard.connection.stderr_text()
+    assert [result.is_error for result in results] == [False, False, False, False, True]
+    assert texts(results[4])[0].startswith(MARKER)
+    assert status == ABORT_EXIT_CODE, stderr
+    assert len(counting.calls()) == 4
+
+
+async def test_cwd_flag_sets_upstream_directory(connect: Connector, counting: CountingUpstream, tmp_path: Path) -> None:
+    """--cwd runs the upstream in the given directory."""
+    workdir = tmp_path / "workdir"
+    workdir.mkdir()
+    async with connect(counting.command, env=counting.env, guard_args=["--cwd", str(workdir)]) as conn:
+        with anyio.fail_after(5):
+            result = await conn.session.call_tool("cwd", {})
+    assert texts(result) == [str(workdir)]

@@ -69,3 +69,21 @@ async def test_convert_time_warned_then_refused(connect: Connector, time_server:
     assert not other.is_error
     calls = tapped(tap, "server", "tools/call")
     assert [call["params"]["name"] for call in calls] == ["convert_time"] * 4 + ["get_current_time"]
+
+
+@pytest.mark.parametrize(
+    ("guard_args", "expected"),
+    [
+        pytest.param([], [None, None, "warn", "warn", "block"], id="counted"),
+        pytest.param(["--ignore-errors"], [None] * 5, id="ignore-errors"),
+    ],
+)
+async def test_repeated_tool_errors(
+    connect: Connector, time_server: list[str], guard_args: list[str], expected: list[str | None]
+) -> None:
+    """The same failing call (an unknown timezone) loops like any other, unless --ignore-errors makes retries free."""
+    async with connect(time_server, guard_args=guard_args) as conn:
+        with anyio.fail_after(15):
+            results = [await conn.session.call_tool("get_current_time", {"timezone": "Mars/Olympus"}) for _ in range(5)]
+    assert all(result.is_error for result in results)
+    assert [None if (found := verdict(result)) is None else found["action"] for result in results] == expected

@@ -80,7 +80,7 @@ async def test_tools_list_pages_match_upstream(connect: Connector, counting: Cou
                         return collected
 
     expected = await pages("direct")
-    assert len(expected) == 3
+    assert len(expected) > 1, "the fixture should have paginated"
     assert await pages("guarded") == expected
 
 
