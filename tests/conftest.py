@@ -3,30 +3,13 @@
 from __future__ import annotations
 
 import subprocess
-import sys
 import uuid
-from collections.abc import Iterator, Sequence
-from contextlib import AbstractAsyncContextManager
-from dataclasses import dataclass, field
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 
-from tests.harness import (
-    BIN_DIR,
-    NODE_DIR,
-    Callbacks,
-    Connection,
-    GuardProcess,
-    Mode,
-    counted_calls,
-    fixture_command,
-    guard_command,
-    kill_marked,
-    open_guard_process,
-    open_stdio_session,
-)
+from tests.harness import BIN_DIR, NODE_DIR, Connector, CountingUpstream, fixture_command, kill_marked
 
 
 @pytest.fixture
@@ -61,19 +44,6 @@ def everything_server() -> list[str]:
     return [*command, "stdio"]
 
 
-@dataclass(frozen=True)
-class CountingUpstream:
-    """Our counting fixture server and the log of the tools/call it received."""
-
-    command: list[str]
-    log: Path
-    env: dict[str, str] = field(default_factory=dict)
-
-    def calls(self, tool: str | None = None) -> list[dict[str, Any]]:
-        """The tools/call that reached this server so far, optionally of one tool."""
-        return counted_calls(self.log, tool)
-
-
 @pytest.fixture
 def counting(tmp_path: Path) -> CountingUpstream:
     """A counting server that logs each tools/call to a file of the test's own."""
@@ -106,64 +76,6 @@ def process_marker() -> Iterator[str]:
     marker = uuid.uuid4().hex
     yield marker
     kill_marked(marker)
-
-
-class Connector:
-    """Opens client sessions to a server command, directly or through the guard."""
-
-    def __init__(self, directory: Path, marker: str) -> None:
-        self.directory = directory
-        self.marker = marker
-        self.stderr_files: list[Path] = []
-
-    def _stderr(self, label: str) -> Path:
-        path = self.directory / f"stderr-{len(self.stderr_files)}-{label}.log"
-        self.stderr_files.append(path)
-        return path
-
-    def __call__(
-        self,
-        command: Sequence[str],
-        *,
-        mode: Mode = "guarded",
-        guard_args: Sequence[str] = (),
-        env: dict[str, str] | None = None,
-        cwd: Path | None = None,
-        callbacks: Callbacks | None = None,
-    ) -> AbstractAsyncContextManager[Connection]:
-        """An async context manager yielding an initialized session with the server.
-
-        In "guarded" mode the server runs as the guard's upstream:
-        ``python -m mcp_loop_guard *guard_args -- *command``.
-        """
-        argv = guard_command(command, guard_args) if mode == "guarded" else list(command)
-        return open_stdio_session(
-            argv, marker=self.marker, stderr=self._stderr(mode), env=env, cwd=cwd, callbacks=callbacks
-        )
-
-    def guard_process(
-        self,
-        command: Sequence[str],
-        *,
-        guard_args: Sequence[str] = (),
-        env: dict[str, str] | None = None,
-        callbacks: Callbacks | None = None,
-    ) -> AbstractAsyncContextManager[GuardProcess]:
-        """Starts the guard as a child process the test can observe (exit status, children)."""
-        return open_guard_process(
-            command,
-            marker=self.marker,
-            stderr=self._stderr("process"),
-            guard_args=guard_args,
-            env=env,
-            callbacks=callbacks,
-        )
-
-    def report(self) -> None:
-        """Copies what the servers wrote to stderr into the test's captured output."""
-        for path in self.stderr_files:
-            if path.exists() and (text := path.read_text(encoding="utf-8", errors="replace")):
-                print(f"--- {path.name} ---\n{text}", file=sys.stderr)
 
 
 @pytest.fixture

@@ -10,7 +10,7 @@ import os
 import signal
 import sys
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
-from contextlib import AsyncExitStack, asynccontextmanager, suppress
+from contextlib import AbstractAsyncContextManager, AsyncExitStack, asynccontextmanager, suppress
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, TypeVar
@@ -438,3 +438,77 @@ def tapped(log: Path, to: Literal["server", "client"], method: str | None = None
         for entry in read_json_lines(log)
         if entry["to"] == to and (method is None or entry["message"].get("method") == method)
     ]
+
+
+# --- test-facing handles ------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class CountingUpstream:
+    """Our counting fixture server and the log of the tools/call it received."""
+
+    command: list[str]
+    log: Path
+    env: dict[str, str] = field(default_factory=dict)
+
+    def calls(self, tool: str | None = None) -> list[dict[str, Any]]:
+        """The tools/call that reached this server so far, optionally of one tool."""
+        return counted_calls(self.log, tool)
+
+
+class Connector:
+    """Opens client sessions to a server command, directly or through the guard."""
+
+    def __init__(self, directory: Path, marker: str) -> None:
+        self.directory = directory
+        self.marker = marker
+        self.stderr_files: list[Path] = []
+
+    def _stderr(self, label: str) -> Path:
+        path = self.directory / f"stderr-{len(self.stderr_files)}-{label}.log"
+        self.stderr_files.append(path)
+        return path
+
+    def __call__(
+        self,
+        command: Sequence[str],
+        *,
+        mode: Mode = "guarded",
+        guard_args: Sequence[str] = (),
+        env: dict[str, str] | None = None,
+        cwd: Path | None = None,
+        callbacks: Callbacks | None = None,
+    ) -> AbstractAsyncContextManager[Connection]:
+        """An async context manager yielding an initialized session with the server.
+
+        In "guarded" mode the server runs as the guard's upstream:
+        ``python -m mcp_loop_guard *guard_args -- *command``.
+        """
+        argv = guard_command(command, guard_args) if mode == "guarded" else list(command)
+        return open_stdio_session(
+            argv, marker=self.marker, stderr=self._stderr(mode), env=env, cwd=cwd, callbacks=callbacks
+        )
+
+    def guard_process(
+        self,
+        command: Sequence[str],
+        *,
+        guard_args: Sequence[str] = (),
+        env: dict[str, str] | None = None,
+        callbacks: Callbacks | None = None,
+    ) -> AbstractAsyncContextManager[GuardProcess]:
+        """Starts the guard as a child process the test can observe (exit status, children)."""
+        return open_guard_process(
+            command,
+            marker=self.marker,
+            stderr=self._stderr("process"),
+            guard_args=guard_args,
+            env=env,
+            callbacks=callbacks,
+        )
+
+    def report(self) -> None:
+        """Copies what the servers wrote to stderr into the test's captured output."""
+        for path in self.stderr_files:
+            if path.exists() and (text := path.read_text(encoding="utf-8", errors="replace")):
+                print(f"--- {path.name} ---\n{text}", file=sys.stderr)

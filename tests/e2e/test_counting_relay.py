@@ -5,8 +5,7 @@ from __future__ import annotations
 import anyio
 import pytest
 
-from tests.conftest import Connector, CountingUpstream
-from tests.harness import Mode, eventually, read_json_lines, texts
+from tests.harness import Connector, CountingUpstream, Mode, eventually, read_json_lines, texts
 
 pytestmark = [pytest.mark.e2e, pytest.mark.anyio, pytest.mark.parametrize("mode", ["direct", "guarded"])]
 

@@ -9,12 +9,12 @@ import anyio
 import pytest
 from mcp import types
 
-from tests.conftest import Connector
 from tests.harness import (
     ELICITED_NAME,
     ROOT_URI,
     SAMPLED_TEXT,
     ClientUser,
+    Connector,
     Inbox,
     Mode,
     eventually,

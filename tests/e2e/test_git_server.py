@@ -7,8 +7,7 @@ from pathlib import Path
 import anyio
 import pytest
 
-from tests.conftest import Connector
-from tests.harness import MARKER, texts, verdict
+from tests.harness import MARKER, Connector, texts, verdict
 
 pytestmark = [pytest.mark.e2e, pytest.mark.anyio]
 

@@ -11,11 +11,12 @@ import pytest
 from mcp import types
 from mcp.shared.exceptions import MCPError
 
-from tests.conftest import Connector, CountingUpstream
 from tests.harness import (
     ABORT_EXIT_CODE,
     MARKER,
     Callbacks,
+    Connector,
+    CountingUpstream,
     GuardProcess,
     Inbox,
     describe,

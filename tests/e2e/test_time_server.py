@@ -10,8 +10,7 @@ from pathlib import Path
 import anyio
 import pytest
 
-from tests.conftest import Connector
-from tests.harness import MARKER, content_dump, guard_notes, tapped, texts, verdict, wiretap_command
+from tests.harness import MARKER, Connector, content_dump, guard_notes, tapped, texts, verdict, wiretap_command
 
 pytestmark = [pytest.mark.e2e, pytest.mark.anyio]
 

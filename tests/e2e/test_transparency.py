@@ -9,8 +9,16 @@ import pytest
 from mcp import Client, StdioServerParameters, types
 from mcp.shared.exceptions import MCPError
 
-from tests.conftest import Connector, CountingUpstream
-from tests.harness import ClientUser, Mode, guard_command, server_environment, verdict, wire
+from tests.harness import (
+    ClientUser,
+    Connector,
+    CountingUpstream,
+    Mode,
+    guard_command,
+    server_environment,
+    verdict,
+    wire,
+)
 
 pytestmark = [pytest.mark.e2e, pytest.mark.anyio]
 

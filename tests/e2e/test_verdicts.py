@@ -8,8 +8,7 @@ import anyio
 import pytest
 from mcp import ClientSession, types
 
-from tests.conftest import Connector, CountingUpstream
-from tests.harness import MARKER, content_dump, guard_notes, texts, verdict
+from tests.harness import MARKER, Connector, CountingUpstream, content_dump, guard_notes, texts, verdict
 
 pytestmark = [pytest.mark.e2e, pytest.mark.anyio]
 
