@@ -5,7 +5,8 @@
 # Needs Python 3.11+ (as python3, or set PYTHON) and Node.js with npm. Creates
 # .venv in the repository if missing, installs the package with its `test` extra
 # (pytest, ruff, mypy, mcp-server-time, mcp-server-git, ...), and installs the
-# pinned npm test servers (@modelcontextprotocol/server-everything) in tests/node.
+# pinned npm packages of every tests/*/package.json (server-everything in tests/node,
+# the conformance suite in tests/conformance) from their lockfiles.
 set -euo pipefail
 
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -22,19 +23,19 @@ fi
 echo "== installing Python test dependencies into .venv"
 .venv/bin/python -m pip install --quiet --disable-pip-version-check -e '.[test]'
 
-echo "== installing npm test servers into tests/node"
 if ! command -v npm >/dev/null; then
     echo "error: npm is required for the end-to-end test servers (install Node.js with npm)" >&2
     exit 1
 fi
-(
-    cd tests/node
-    if [[ -f package-lock.json ]]; then
-        npm ci --no-audit --no-fund --loglevel=error
+for manifest in tests/*/package.json; do
+    dir="$(dirname "$manifest")"
+    echo "== installing npm test packages into $dir"
+    if [[ -f "$dir/package-lock.json" ]]; then
+        npm ci --prefix "$dir" --no-audit --no-fund --loglevel=error
     else
-        npm install --no-audit --no-fund --loglevel=error
+        npm install --prefix "$dir" --no-audit --no-fund --loglevel=error
     fi
-)
+done
 
 echo "== ruff check"
 .venv/bin/ruff check .
