@@ -1,23 +1,26 @@
-"""Run the guard: one stdio client, one stdio upstream, until either side ends it."""
+"""Run the guard: build the upstream slots, then serve sessions over stdio or HTTP."""
 
 from __future__ import annotations
 
 import logging
 import signal
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import partial
 
 import anyio
+import anyio.abc
 from mcp.server.runner import serve_dual_era_loop
 
-from mcp_loop_guard.core.detector import LoopDetector
+from mcp_loop_guard.config import GuardConfig
 from mcp_loop_guard.core.model import Verdict
+from mcp_loop_guard.core.policy import Policy
+from mcp_loop_guard.proxy.pool import Slot
 from mcp_loop_guard.proxy.process import UpstreamStartError
-from mcp_loop_guard.proxy.server import GuardedProxy
+from mcp_loop_guard.proxy.sessions import AbortLatch, SessionFactory
 from mcp_loop_guard.proxy.stdio import open_stdio_channel
-from mcp_loop_guard.proxy.upstream import open_stdio_upstream
+from mcp_loop_guard.proxy.upstream import UpstreamGoneError
 from mcp_loop_guard.settings import Settings
 
 logger = logging.getLogger(__name__)
@@ -30,58 +33,103 @@ EXIT_LOOP_ABORTED = 3
 
 @dataclass
 class _Outcome:
-    aborted: Verdict | None = None
     signal: int | None = None
 
 
 async def _watch_signals(outcome: _Outcome, scope: anyio.CancelScope) -> None:
     with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT, signal.SIGHUP) as signals:
         async for signum in signals:
-            logger.info("received %s; stopping the upstream and exiting", signal.Signals(signum).name)
+            logger.info("received %s; stopping the upstreams and exiting", signal.Signals(signum).name)
             outcome.signal = signum
             scope.cancel()
             return
 
 
-async def serve_stdio(command: Sequence[str], settings: Settings, *, cwd: str | None = None) -> int:
-    """Guard ``command`` for the client on our stdin/stdout; return the process exit code."""
+@dataclass(frozen=True)
+class Plan:
+    """Everything start-up decided: what to guard, and by which rules."""
+
+    config: GuardConfig
+    settings: Settings
+    policy: Policy
+    server_policies: Mapping[str, Policy]
+
+
+def plan(config: GuardConfig, settings: Settings) -> Plan:
+    """Resolve the policies; raises SettingsError for a bad per-server override.
+
+    With several upstreams the detector sees exported names (``server__tool``), so a
+    server's own ignore patterns are prefixed with its name.
+    """
     policy = settings.to_policy()
+    prefixed = len(config.servers) > 1
+    overrides = {
+        spec.name: settings.policy_for(spec.policy, prefix=f"{spec.name}__" if prefixed else "")
+        for spec in config.servers
+        if spec.policy
+    }
+    return Plan(config, settings, policy, overrides)
+
+
+def _announce(policy: Policy) -> None:
     if policy.misconfiguration is not None:
         logger.error("%s; the proxy keeps working unguarded", policy.misconfiguration)
     elif not policy.enabled:
         logger.info("loop detection is disabled (LOOP_GUARD_ENABLED=false)")
+
+
+def abort_message(verdict: Verdict, code: int) -> str:
+    """The one stderr line that says why the session ended."""
+    return (
+        f"mcp-loop-guard: session aborted: tool {verdict.tool!r} was refused {verdict.blocks} times "
+        f"for identical calls with unchanged results (exit code {code})"
+    )
+
+
+async def serve_stdio(plan: Plan) -> int:
+    """Guard the configured upstreams for the client on our stdin/stdout; return the exit code.
+
+    With a single client every upstream connection is the session's own, so each
+    upstream sees the real client's identity and capabilities.
+    """
+    _announce(plan.policy)
+    slots = [Slot(spec, shared=False) for spec in plan.config.servers]
+    factory = SessionFactory(slots, plan.policy, plan.server_policies)
     outcome = _Outcome()
+    latch = AbortLatch()
     try:
         async with (
-            open_stdio_upstream("upstream", command, cwd=cwd) as upstream,
+            factory.open(latch, prestart=True) as proxy,
             open_stdio_channel() as channel,
             anyio.create_task_group() as tg,
         ):
 
             def on_abort(request_id: object, verdict: Verdict) -> None:
-                outcome.aborted = verdict
+                latch(request_id, verdict)  # type: ignore[arg-type]
                 if request_id is not None:
                     channel.close_after_reply(request_id)  # type: ignore[arg-type]
 
-            proxy = GuardedProxy(upstream, LoopDetector(policy), policy, on_abort)
+            proxy.on_abort = on_abort
             tg.start_soon(_watch_signals, outcome, tg.cancel_scope)
             tg.start_soon(
                 partial(serve_dual_era_loop, lifespan_state={}), proxy.server, channel.read_stream, channel.write_stream
             )
             await channel.closed.wait()
             tg.cancel_scope.cancel()
-    except UpstreamStartError as exc:
+    except (UpstreamStartError, UpstreamGoneError) as exc:
         logger.error("%s", exc)
         return EXIT_ERROR
-    if outcome.aborted is not None:
-        verdict = outcome.aborted
-        print(
-            f"mcp-loop-guard: session aborted: tool {verdict.tool!r} was refused {verdict.blocks} times "
-            f"for identical calls with unchanged results (exit code {EXIT_LOOP_ABORTED})",
-            file=sys.stderr,
-            flush=True,
-        )
+    if latch.verdict is not None:
+        print(abort_message(latch.verdict, EXIT_LOOP_ABORTED), file=sys.stderr, flush=True)
         return EXIT_LOOP_ABORTED
     if outcome.signal is not None:
         return 128 + outcome.signal
     return EXIT_OK
+
+
+async def serve_http(plan: Plan) -> int:
+    """Serve many sessions over streamable HTTP or SSE until SIGTERM or SIGINT."""
+    from mcp_loop_guard.proxy.http import run_http  # noqa: PLC0415 - starlette and uvicorn load only here
+
+    _announce(plan.policy)
+    return await run_http(plan.config, plan.settings, plan.policy, plan.server_policies)

@@ -7,15 +7,19 @@ setting gets its flag, its help text and its environment variable at once.
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import sys
 from collections.abc import Sequence
 from functools import partial
+from pathlib import Path
 from typing import Any
 
 import anyio
 
 from mcp_loop_guard import __version__
+from mcp_loop_guard.app import plan, serve_http, serve_stdio
+from mcp_loop_guard.config import ConfigError, load_config, stdio_command_config, url_config
 from mcp_loop_guard.settings import SettingsError, load_settings, setting_fields
 
 EXIT_USAGE = 2
@@ -23,6 +27,8 @@ EXIT_USAGE = 2
 _EPILOG = """\
 examples:
   mcp-loop-guard -- uvx mcp-server-time
+  mcp-loop-guard --transport http --port 8080 --config mcp.json
+  mcp-loop-guard --upstream http://127.0.0.1:3001/mcp
   mcp-loop-guard --warn-threshold 4 --ignore-tools 'todo_*' -- npx -y @modelcontextprotocol/server-everything
   mcp-loop-guard demo
 
@@ -40,6 +46,12 @@ def _parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"mcp-loop-guard {__version__}")
     parser.add_argument("--cwd", help="working directory of the upstream command")
+    parser.add_argument(
+        "--config", metavar="FILE", help="an mcpServers JSON file: several upstreams, loopGuard settings"
+    )
+    parser.add_argument(
+        "--upstream", metavar="URL", help="guard one streamable HTTP (or SSE, path ending in /sse) upstream"
+    )
     for field in setting_fields():
         flag = "--" + field.name.replace("_", "-")
         default = ",".join(field.default) if isinstance(field.default, tuple) else field.default
@@ -52,15 +64,34 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _configure_logging(level: str) -> None:
+class JsonFormatter(logging.Formatter):
+    """One JSON object per line, for log collectors."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        entry = {
+            "time": self.formatTime(record, "%Y-%m-%dT%H:%M:%S"),
+            "level": record.levelname.lower(),
+            "logger": record.name,
+            "message": record.getMessage(),
+        }
+        if record.exc_info:
+            entry["exception"] = self.formatException(record.exc_info)
+        return json.dumps(entry)
+
+
+def _configure_logging(level: str, log_format: str = "text") -> None:
     handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(logging.Formatter("mcp-loop-guard: %(levelname)s %(message)s"))
+    if log_format == "json":
+        handler.setFormatter(JsonFormatter())
+    else:
+        handler.setFormatter(logging.Formatter("mcp-loop-guard: %(levelname)s %(message)s"))
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level.upper())
     if level.lower() != "debug":
-        # The SDK logs every malformed frame and transport hiccup at length.
-        logging.getLogger("mcp").setLevel(logging.ERROR)
+        # The SDK and the HTTP server log every malformed frame and transport hiccup at length.
+        for noisy in ("mcp", "uvicorn", "httpx2", "sse_starlette"):
+            logging.getLogger(noisy).setLevel(logging.ERROR)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -75,21 +106,31 @@ def main(argv: Sequence[str] | None = None) -> int:
     command: list[str] = list(args.command)
     if command[:1] == ["--"]:
         command = command[1:]
-    if not command:
+    sources = [bool(command), args.config is not None, args.upstream is not None]
+    if sum(sources) != 1:
         parser.print_usage(sys.stderr)
-        print("mcp-loop-guard: error: give the upstream server command after --", file=sys.stderr)
+        print(
+            "mcp-loop-guard: error: give exactly one upstream: `-- COMMAND [ARG...]`, --upstream URL or --config FILE",
+            file=sys.stderr,
+        )
         return EXIT_USAGE
     overrides: dict[str, Any] = {f.name: getattr(args, f.name) for f in setting_fields()}
     try:
-        settings = load_settings(**overrides)
-    except SettingsError as exc:
+        if args.config is not None:
+            config = load_config(Path(args.config))
+        elif args.upstream is not None:
+            config = url_config(args.upstream)
+        else:
+            config = stdio_command_config(command, args.cwd)
+        settings = load_settings(config.settings, **overrides)
+        decided = plan(config, settings)
+    except (ConfigError, SettingsError) as exc:
         print(f"mcp-loop-guard: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
-    _configure_logging(settings.log_level)
+    _configure_logging(settings.log_level, settings.log_format)
 
-    from mcp_loop_guard.app import serve_stdio  # noqa: PLC0415 - keep --help and errors fast
-
-    return anyio.run(partial(serve_stdio, command, settings, cwd=args.cwd))
+    serve = serve_stdio if settings.transport == "stdio" else serve_http
+    return anyio.run(partial(serve, decided))
 
 
 if __name__ == "__main__":  # pragma: no cover

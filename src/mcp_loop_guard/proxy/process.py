@@ -72,7 +72,7 @@ async def _watch_exit(child: ChildProcess) -> None:
     child.exited.set()
 
 
-def _signal_group(pgid: int, sig: signal.Signals) -> bool:
+def _signal_group(pgid: int, sig: int) -> bool:
     """Signal the whole group; False when nobody is left in it."""
     try:
         os.killpg(pgid, sig)
@@ -95,7 +95,7 @@ async def stop_child(child: ChildProcess) -> None:
         pgid = process.pid
         if _signal_group(pgid, signal.SIGTERM):
             with anyio.move_on_after(GRACE_SECONDS):
-                while _signal_group(pgid, signal.Signals(0)):  # noqa: ASYNC110 - group exit has no event
+                while _signal_group(pgid, 0):  # noqa: ASYNC110 - group exit has no event
                     await anyio.sleep(0.02)
             _signal_group(pgid, signal.SIGKILL)
         with anyio.move_on_after(GRACE_SECONDS):

@@ -1,15 +1,15 @@
-"""The downstream face of the proxy: an SDK server whose every handler relays upstream.
+"""The downstream face of the proxy: one SDK server per downstream session.
 
 The SDK owns the protocol (both eras, initialization, cancellation, progress
-plumbing); this module only decides where each message goes. The upstream is
-connected lazily, on the client's first request, so that it sees the client's
-own identity and capabilities.
+plumbing); this module only decides where each message goes. With one upstream
+the session is a mirror of it (identity, capabilities, names); with several it
+is an aggregate under the guard's own name (see :mod:`catalog`).
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TypeVar, cast
 
 import anyio
@@ -20,6 +20,7 @@ from mcp.server.context import CallNext, HandlerResult
 from mcp.server.models import InitializationOptions
 from mcp.server.session import ServerSession
 from mcp.shared.exceptions import MCPError
+from mcp.shared.message import ServerMessageMetadata
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from pydantic import BaseModel
 
@@ -27,12 +28,17 @@ from mcp_loop_guard.core.detector import LoopDetector
 from mcp_loop_guard.core.model import Action, Verdict
 from mcp_loop_guard.core.policy import Policy
 from mcp_loop_guard.proxy import guard
-from mcp_loop_guard.proxy.upstream import REQUESTS, Upstream, UpstreamGoneError
+from mcp_loop_guard.proxy.aggregate import Aggregate, for_era
+from mcp_loop_guard.proxy.links import Link
+from mcp_loop_guard.proxy.pool import PROXY_INFO
+from mcp_loop_guard.proxy.upstream import REQUESTS, UpstreamGoneError
 
 logger = logging.getLogger(__name__)
 
 Context = ServerRequestContext[Any, Any]
 AbortHook = Callable[[types.RequestId | None, Verdict], None]
+CallObserver = Callable[[str, str, Action, float], None]
+"""(server, tool, action, seconds): told about every tools/call, for metrics."""
 
 _RESERVED_META_PREFIX = "io.modelcontextprotocol/"
 _P = TypeVar("_P", bound=BaseModel)
@@ -47,16 +53,28 @@ class _RawResult:
 
 
 class SessionDownstream:
-    """Server-to-client traffic for one downstream connection."""
+    """Server-to-client traffic for one downstream session.
+
+    A request from the upstream (sampling, elicitation, roots) rides on the stream
+    of a client request still in flight when there is one, which is where an HTTP
+    client listens for it; otherwise on the session's own channel.
+    """
 
     def __init__(self) -> None:
         self.session: ServerSession | None = None
+        self.in_flight: dict[types.RequestId, ServerSession] = {}
 
     async def request(self, request: BaseModel) -> dict[str, Any]:
-        if self.session is None:
-            raise MCPError(types.INVALID_REQUEST, "no client is connected")
         result_type: Any = _RawResult
-        result = await self.session.send_request(cast(types.ServerRequest, request), result_type)
+        server_request = cast(types.ServerRequest, request)
+        if self.in_flight:
+            request_id, session = next(reversed(self.in_flight.items()))
+            metadata = ServerMessageMetadata(related_request_id=request_id)
+            result = await session.send_request(server_request, result_type, metadata=metadata)
+        elif self.session is not None:
+            result = await self.session.send_request(server_request, result_type)
+        else:
+            raise MCPError(types.INVALID_REQUEST, "no client is connected")
         return cast(dict[str, Any], result)
 
     async def notify(self, notification: types.ServerNotification) -> None:
@@ -65,10 +83,12 @@ class SessionDownstream:
 
 
 def _client_identity(ctx: Context) -> tuple[types.Implementation, types.ClientCapabilities]:
-    """The client's name and capabilities, from ``initialize`` or the 2026-07-28 envelope."""
+    """The client's name and capabilities, from ``initialize``, the session, or the 2026-07-28 envelope."""
     params: Mapping[str, Any] = ctx.params or {}
     if ctx.method == "initialize":
         info, caps = params.get("clientInfo"), params.get("capabilities")
+    elif ctx.session.client_params is not None:
+        return ctx.session.client_params.client_info, ctx.session.client_params.capabilities
     else:
         meta = params.get("_meta") or {}
         info, caps = meta.get(types.CLIENT_INFO_META_KEY), meta.get(types.CLIENT_CAPABILITIES_META_KEY)
@@ -77,7 +97,7 @@ def _client_identity(ctx: Context) -> tuple[types.Implementation, types.ClientCa
     return client_info, capabilities
 
 
-def _strip_envelope(params: _P) -> _P:
+def strip_envelope(params: _P) -> _P:
     """Drop the 2026-07-28 per-request keys: the upstream connection has its own era."""
     meta = getattr(params, "meta", None)
     if not meta or not any(key.startswith(_RESERVED_META_PREFIX) for key in meta):
@@ -86,34 +106,38 @@ def _strip_envelope(params: _P) -> _P:
     return params.model_copy(update={"meta": kept or None})
 
 
-def _for_era(ctx: Context, result: dict[str, Any]) -> dict[str, Any]:
-    """Every 2026-07-28 result names its type; handshake-era upstreams (and the guard's own results) don't."""
-    if ctx.protocol_version in MODERN_PROTOCOL_VERSIONS and "resultType" not in result:
-        result["resultType"] = "complete"
-    return result
+def relayable(capabilities: types.ServerCapabilities) -> types.ServerCapabilities:
+    """Capabilities minus the task methods, which the proxy does not relay."""
+    return capabilities.model_copy(update={"tasks": None}, deep=True)
 
 
 class GuardedProxy:
-    """Relays one downstream connection to one upstream, judging every tool call."""
+    """Relays one downstream session to its upstreams, judging every tool call."""
 
-    def __init__(
+    def __init__(  # noqa: PLR0917 - one positional per collaborator, all required
         self,
-        upstream: Upstream,
+        links: Sequence[Link],
         detector: LoopDetector,
         policy: Policy,
         on_abort: AbortHook,
+        downstream: SessionDownstream,
+        observe: CallObserver | None = None,
     ) -> None:
-        self.upstream = upstream
+        self.links = {link.name: link for link in links}
+        self.single = links[0] if len(links) == 1 else None
         self.detector = detector
         self.policy = policy
         self.on_abort = on_abort
-        self.downstream = SessionDownstream()
-        upstream.downstream = self.downstream
-        self.server = _MirrorServer(self)
+        self.observe = observe
+        self.downstream = downstream
+        self.aggregate = Aggregate(self)
+        self.server = _SessionServer(self)
+        self._connected = False
 
     # Plumbing shared by every relayed request.
 
-    async def relay(self, ctx: Context, method: str, params: BaseModel | None) -> dict[str, Any]:
+    async def relay(self, ctx: Context, server: str, method: str, params: BaseModel | None) -> dict[str, Any]:
+        """Send one request to one upstream on behalf of the client, progress included."""
         on_progress = None
         if ctx.meta is not None and ctx.meta.get("progress_token") is not None:
             session = ctx.session
@@ -122,107 +146,121 @@ class GuardedProxy:
                 await session.report_progress(progress, total, message)
 
         if params is not None:
-            params = _strip_envelope(params)
+            params = strip_envelope(params)
         try:
-            result = await self.upstream.request(method, params, on_progress)
+            async with self.links[server].using() as upstream:
+                result = await upstream.request(method, params, on_progress)
         except UpstreamGoneError as exc:
             raise MCPError(types.INTERNAL_ERROR, str(exc)) from exc
-        return _for_era(ctx, result)
+        return for_era(ctx, result)
 
     async def connect_first(self, ctx: Context, call_next: CallNext) -> HandlerResult:
-        """Middleware: connect upstream on the first request, as the client it came from."""
-        if self.upstream.initialize_result is None and ctx.method != "ping":
-            client_info, capabilities = _client_identity(ctx)
-            try:
-                await self.upstream.connect(client_info, capabilities)
-            except UpstreamGoneError as exc:
-                raise MCPError(types.INTERNAL_ERROR, str(exc)) from exc
-            self.server.adopt_identity()
+        """Middleware: connect upstreams on the first request, as the client it came from."""
         self.downstream.session = ctx.session
+        if ctx.request_id is not None and ctx.method != "initialize":
+            self.downstream.in_flight[ctx.request_id] = ctx.session
+            try:
+                return await self._connected_call(ctx, call_next)
+            finally:
+                self.downstream.in_flight.pop(ctx.request_id, None)
+        return await self._connected_call(ctx, call_next)
+
+    async def _connected_call(self, ctx: Context, call_next: CallNext) -> HandlerResult:
+        if not self._connected and ctx.method != "ping":
+            client_info, capabilities = _client_identity(ctx)
+            for link in self.links.values():
+                try:
+                    await link.connect(client_info, capabilities)
+                except UpstreamGoneError as exc:
+                    if self.single is not None:
+                        raise MCPError(types.INTERNAL_ERROR, str(exc)) from exc
+                    logger.warning("upstream %r is not available: %s", link.name, exc)
+            self._connected = True
+            self.server.adopt_identity()
         return await call_next(ctx)
 
     # The guarded method.
 
     async def call_tool(self, ctx: Context, params: types.CallToolRequestParams) -> dict[str, Any]:
-        ticket, verdict = self.detector.begin(params.name, params.arguments, anyio.current_time())
+        started = anyio.current_time()
+        route = await self.aggregate.tool_route(params.name)
+        if route is None:
+            raise MCPError(types.INVALID_PARAMS, f"Unknown tool: {params.name}")
+        server, upstream_name = route
+        ticket, verdict = self.detector.begin(params.name, params.arguments, started)
         if verdict.action >= Action.BLOCK:
             logger.warning(
-                "%s tool %r: %d identical calls, refusal %d in this window",
+                "%s tool %r: identical call #%d, refusal %d in this window",
                 verdict.action.name.lower(),
                 verdict.tool,
                 verdict.streak,
                 verdict.blocks,
             )
+            self._observe(server, params.name, verdict.action, started)
             if verdict.action is Action.ABORT:
                 self.on_abort(ctx.request_id, verdict)
-            return _for_era(ctx, guard.refused(verdict, self.policy))
+            return for_era(ctx, guard.refused(verdict, self.policy))
+        forwarded = params if upstream_name == params.name else params.model_copy(update={"name": upstream_name})
         try:
-            result = await self.relay(ctx, "tools/call", params)
+            result = await self.relay(ctx, server, "tools/call", forwarded)
         except MCPError as exc:
             if ticket is not None:
                 self.detector.abandon(ticket, anyio.current_time())
-            if self.upstream.gone_reason() is not None:
-                return _for_era(ctx, guard.failed(exc.error.message))
+            self._observe(server, params.name, Action.ALLOW, started)
+            if exc.error.code == types.INTERNAL_ERROR and isinstance(exc.__cause__, UpstreamGoneError):
+                return for_era(ctx, guard.failed(exc.error.message))
             raise
         except BaseException:
             if ticket is not None:
                 self.detector.abandon(ticket, anyio.current_time())
             raise
-        if ticket is None:
-            return result
-        if result.get("resultType") == "input_required":
-            # Not an answer yet: the client will retry with the input, judge that one.
-            self.detector.abandon(ticket, anyio.current_time())
+        if ticket is None or result.get("resultType") == "input_required":
+            # Not judged: an ignored tool, or an interim result the client will complete and retry.
+            if ticket is not None:
+                self.detector.abandon(ticket, anyio.current_time())
+            self._observe(server, params.name, Action.ALLOW, started)
             return result
         verdict = self.detector.finish(ticket, result, anyio.current_time())
+        self._observe(server, params.name, verdict.action, started)
         if verdict.action is Action.WARN:
             logger.info("warn tool %r: %d identical calls with unchanged results", verdict.tool, verdict.streak)
             return guard.warned(result, verdict, self.policy)
         return result
 
+    def _observe(self, server: str, tool: str, action: Action, started: float) -> None:
+        if self.observe is not None:
+            self.observe(server, tool, action, anyio.current_time() - started)
 
-class _MirrorServer(Server[Any]):
-    """An SDK server that presents the upstream's identity and capabilities as its own."""
+
+class _SessionServer(Server[Any]):
+    """An SDK server that presents the upstream's identity (or the guard's, for several) as its own."""
 
     def __init__(self, proxy: GuardedProxy) -> None:
         # A relayed list may change at any moment: tell 2026-07-28 clients not to cache it.
-        super().__init__("mcp-loop-guard", cache_hints=dict.fromkeys(cast(Any, CACHEABLE_METHODS), CacheHint()))
+        super().__init__(PROXY_INFO.name, cache_hints=dict.fromkeys(cast(Any, CACHEABLE_METHODS), CacheHint()))
         self.proxy = proxy
         self.middleware.append(proxy.connect_first)
+        aggregate = proxy.aggregate
         for method in REQUESTS:
-            params_type = _params_type(method)
-            self.add_request_handler(method, params_type, self._relay_handler(method))
+            self.add_request_handler(method, _params_type(method), aggregate.handler(method))
         self.add_request_handler("tools/call", types.CallToolRequestParams, proxy.call_tool)
-        self.add_request_handler("ping", types.RequestParams, self._ping)
         self.add_request_handler("server/discover", types.RequestParams, self._discover)
         self.add_notification_handler("notifications/roots/list_changed", types.NotificationParams, self._roots)
 
-    def _relay_handler(self, method: str) -> Any:
-        async def handler(ctx: Context, params: BaseModel) -> dict[str, Any]:
-            return await self.proxy.relay(ctx, method, params)
-
-        return handler
-
-    async def _ping(self, ctx: Context, params: types.RequestParams) -> dict[str, Any]:
-        if self.proxy.upstream.initialize_result is None:
-            return {}
-        return await self.proxy.relay(ctx, "ping", params)
-
     async def _roots(self, ctx: Context, params: types.NotificationParams) -> None:
-        await self.proxy.upstream.notify(types.RootsListChangedNotification())
+        await self.proxy.aggregate.roots_changed()
 
-    def _upstream_init(self) -> types.InitializeResult:
-        result = self.proxy.upstream.initialize_result
-        if result is None:  # pragma: no cover - the middleware connects before any handler runs
-            raise MCPError(types.INTERNAL_ERROR, "upstream is not connected")
-        return result
+    def capabilities(self) -> types.ServerCapabilities:
+        """What the client is told the server can do."""
+        single = self.proxy.single
+        if single is not None and single.identity is not None:
+            return relayable(single.identity.capabilities)
+        return self.proxy.aggregate.capabilities()
 
     async def _discover(self, ctx: Context, params: types.RequestParams) -> types.DiscoverResult:
-        init = self._upstream_init()
+        caps = self.capabilities()
         # 2026-07-28 delivers change notifications only on subscriptions/listen, which is not relayed.
-        caps = _relayable(init.capabilities)
-        for name in ("tools", "prompts"):
-            cap = getattr(caps, name)
+        for cap in (caps.tools, caps.prompts):
             if cap is not None:
                 cap.list_changed = False
         if caps.resources is not None:
@@ -230,15 +268,20 @@ class _MirrorServer(Server[Any]):
             caps.resources.subscribe = False
         caps.logging = None
         return types.DiscoverResult(
-            supported_versions=list(MODERN_PROTOCOL_VERSIONS), capabilities=caps, instructions=init.instructions
+            supported_versions=list(MODERN_PROTOCOL_VERSIONS), capabilities=caps, instructions=self.instructions
         )
 
     def adopt_identity(self) -> None:
-        """Take the upstream's serverInfo, so 2026-07-28 results are stamped with it."""
-        info = self._upstream_init().server_info
-        self.name, self.version, self.title = info.name, info.version, info.title
-        self.description, self.website_url, self.icons = info.description, info.website_url, info.icons
-        self.instructions = self._upstream_init().instructions
+        """Take the upstream's serverInfo (one upstream), so every era's results carry it."""
+        single = self.proxy.single
+        if single is None or single.identity is None:
+            self.name, self.version = PROXY_INFO.name, PROXY_INFO.version
+            self.instructions = self.proxy.aggregate.instructions()
+        else:
+            info = single.identity.server_info
+            self.name, self.version, self.title = info.name, info.version, info.title
+            self.description, self.website_url, self.icons = info.description, info.website_url, info.icons
+            self.instructions = single.identity.instructions
         self.__dict__.pop("_server_info_stamp_source", None)
 
     def create_initialization_options(
@@ -247,23 +290,16 @@ class _MirrorServer(Server[Any]):
         experimental_capabilities: dict[str, dict[str, Any]] | None = None,
         extensions: dict[str, dict[str, Any]] | None = None,
     ) -> InitializationOptions:
-        init = self._upstream_init()
-        info = init.server_info
         return InitializationOptions(
-            server_name=info.name,
-            server_version=info.version,
-            title=info.title,
-            description=info.description,
-            capabilities=_relayable(init.capabilities),
-            instructions=init.instructions,
-            website_url=info.website_url,
-            icons=info.icons,
+            server_name=self.name,
+            server_version=self.version,
+            title=self.title,
+            description=self.description,
+            capabilities=self.capabilities(),
+            instructions=self.instructions,
+            website_url=self.website_url,
+            icons=self.icons,
         )
-
-
-def _relayable(capabilities: types.ServerCapabilities) -> types.ServerCapabilities:
-    """The upstream's capabilities minus the task methods, which the proxy does not relay."""
-    return capabilities.model_copy(update={"tasks": None}, deep=True)
 
 
 def _params_type(method: str) -> type[BaseModel]:

@@ -1,0 +1,177 @@
+"""How one downstream session reaches each upstream: its own connection, or a shared one."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from typing import Protocol
+
+import anyio
+import anyio.abc
+import mcp_types as types
+
+from mcp_loop_guard.proxy.pool import Backoff, Slot, open_upstream
+from mcp_loop_guard.proxy.process import UpstreamStartError
+from mcp_loop_guard.proxy.upstream import Downstream, Upstream, UpstreamGoneError
+
+logger = logging.getLogger(__name__)
+
+
+class Link(Protocol):
+    """One session's way to one upstream."""
+
+    name: str
+
+    @property
+    def identity(self) -> types.InitializeResult | None:
+        """The upstream's initialize result, once known."""
+        ...
+
+    def available(self) -> bool:
+        """Whether a request now has a chance (used to leave a dead server out of listings)."""
+        ...
+
+    async def connect(self, client_info: types.Implementation, capabilities: types.ClientCapabilities) -> None:
+        """Make sure the handshake has happened (a no-op for shared connections)."""
+        ...
+
+    def using(self) -> AbstractAsyncContextManager[Upstream]:
+        """Context manager yielding the connection for one request."""
+        ...
+
+
+class SharedLink:
+    """A session's use of a connection shared by all sessions."""
+
+    def __init__(self, slot: Slot, key: int, downstream: Downstream) -> None:
+        self.name = slot.name
+        self._slot = slot
+        self._key = key
+        slot.router.attach(key, downstream)
+
+    @property
+    def identity(self) -> types.InitializeResult | None:
+        return self._slot.identity
+
+    def available(self) -> bool:
+        return self._slot.connection is not None
+
+    async def connect(self, client_info: types.Implementation, capabilities: types.ClientCapabilities) -> None:
+        return None
+
+    @asynccontextmanager
+    async def using(self) -> AsyncIterator[Upstream]:
+        upstream = self._slot.connection
+        if upstream is None:
+            raise UpstreamGoneError(f"upstream {self.name!r} is down: {self._slot.detail}")
+        async with self._slot.router.calling(self._key):
+            yield upstream
+
+    def close(self) -> None:
+        self._slot.router.detach(self._key)
+
+
+class OwnLink:
+    """A connection of this session's own, opened with its client's identity.
+
+    If the connection dies, the next request starts a new one, no sooner than a
+    backoff delay after the last failure; until then requests fail at once with
+    the reason, so a crash-looping server is never hammered.
+    """
+
+    def __init__(
+        self, slot: Slot, downstream: Downstream, tg: anyio.abc.TaskGroup, backoff: Backoff | None = None
+    ) -> None:
+        self.name = slot.name
+        self._slot = slot
+        self._downstream = downstream
+        self._tg = tg
+        self._backoff = backoff or Backoff()
+        self._release: anyio.Event | None = None
+        self._released: anyio.Event | None = None
+        self._upstream: Upstream | None = None
+        self._client: tuple[types.Implementation, types.ClientCapabilities] | None = None
+        self._lock = anyio.Lock()
+        self._failures = 0
+        self._retry_at = 0.0
+        self._last_error = ""
+
+    @property
+    def identity(self) -> types.InitializeResult | None:
+        if self._upstream is not None and self._upstream.initialize_result is not None:
+            return self._upstream.initialize_result
+        return self._slot.identity
+
+    def available(self) -> bool:
+        if self._upstream is not None:
+            return self._upstream.gone_reason() is None
+        return anyio.current_time() >= self._retry_at
+
+    async def prestart(self) -> None:
+        """Start the upstream now (a stdio child) so that a bad command fails before any client speaks."""
+        async with self._lock:
+            await self._open()
+
+    async def _open(self) -> None:
+        """Open the connection in a task of its own, which must also be the one to close it."""
+        release, released = anyio.Event(), anyio.Event()
+
+        async def hold(*, task_status: anyio.abc.TaskStatus[Upstream]) -> None:
+            try:
+                async with open_upstream(self._slot.spec) as upstream:
+                    upstream.downstream = self._downstream
+                    task_status.started(upstream)
+                    await release.wait()
+            finally:
+                released.set()
+
+        self._upstream = await self._tg.start(hold)
+        self._release, self._released = release, released
+
+    async def connect(self, client_info: types.Implementation, capabilities: types.ClientCapabilities) -> None:
+        self._client = (client_info, capabilities)
+        async with self._lock:
+            await self._ensure()
+
+    async def _ensure(self) -> Upstream:
+        upstream = self._upstream
+        if upstream is not None and upstream.gone_reason() is not None:
+            self._last_error = upstream.gone_reason() or ""
+            await self.aclose()
+            self._failures += 1
+            self._retry_at = anyio.current_time() + self._backoff.delay(self._failures)
+            upstream = None
+        if upstream is None:
+            if anyio.current_time() < self._retry_at:
+                raise UpstreamGoneError(self._last_error)
+            try:
+                await self._open()
+            except (UpstreamStartError, UpstreamGoneError) as exc:
+                self._last_error = str(exc)
+                self._failures += 1
+                self._retry_at = anyio.current_time() + self._backoff.delay(self._failures)
+                raise UpstreamGoneError(self._last_error) from exc
+            if self._failures:
+                logger.info("restarted upstream %r after: %s", self.name, self._last_error)
+            upstream = self._upstream
+            assert upstream is not None
+        if upstream.initialize_result is None and self._client is not None:
+            await upstream.connect(*self._client)
+            self._failures = 0
+        return upstream
+
+    @asynccontextmanager
+    async def using(self) -> AsyncIterator[Upstream]:
+        async with self._lock:
+            upstream = await self._ensure()
+        yield upstream
+
+    async def aclose(self) -> None:
+        """Close the connection (its child process stops) and wait until it has."""
+        release, released = self._release, self._released
+        self._upstream = self._release = self._released = None
+        if release is not None and released is not None:
+            release.set()
+            with anyio.CancelScope(shield=True):
+                await released.wait()

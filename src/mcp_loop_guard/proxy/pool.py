@@ -1,0 +1,222 @@
+"""Every configured upstream server, kept connected for the sessions that use it.
+
+Two ways to reach an upstream, decided per server:
+
+* shared: one connection serves every downstream session. Used for stdio
+  servers whenever the guard serves more than one session or more than one
+  upstream: one child process per server, not per agent. A supervisor restarts
+  it with exponential backoff and jitter when it dies.
+* per session: each downstream session opens its own connection, announcing
+  its own client's capabilities. Used for HTTP upstreams behind an HTTP guard,
+  and for the single stdio upstream of a stdio guard (the transparent case). A
+  supervised probe connection keeps the server's identity and readiness known.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+from collections.abc import AsyncIterator, Callable
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import anyio
+import anyio.abc
+import mcp_types as types
+from mcp.shared.exceptions import MCPError
+from pydantic import BaseModel
+
+from mcp_loop_guard import __version__
+from mcp_loop_guard.config import HttpServer, ServerSpec, StdioServer
+from mcp_loop_guard.proxy.process import UpstreamStartError
+from mcp_loop_guard.proxy.upstream import (
+    Downstream,
+    Upstream,
+    UpstreamGoneError,
+    open_http_upstream,
+    open_stdio_upstream,
+)
+
+logger = logging.getLogger(__name__)
+
+Status = Literal["starting", "ready", "down"]
+
+PROXY_INFO = types.Implementation(name="mcp-loop-guard", version=__version__)
+"""How the guard names itself to shared upstreams and, with several upstreams, to clients."""
+
+FULL_CAPABILITIES = types.ClientCapabilities(
+    sampling=types.SamplingCapability(),
+    elicitation=types.ElicitationCapability(
+        form=types.FormElicitationCapability(), url=types.UrlElicitationCapability()
+    ),
+    roots=types.RootsCapability(list_changed=True),
+)
+"""A shared connection serves clients of every kind, so it claims all client features and
+answers with an error for a client that lacks one."""
+
+
+@dataclass(frozen=True, slots=True)
+class Backoff:
+    """Restart delays: exponential with full jitter, capped."""
+
+    initial: float = 0.5
+    cap: float = 30.0
+
+    def delay(self, attempt: int) -> float:
+        return random.uniform(0, min(self.cap, self.initial * 2**attempt))  # noqa: S311 - jitter, not crypto
+
+
+def open_upstream(spec: ServerSpec) -> AbstractAsyncContextManager[Upstream]:
+    """Open a connection (the handshake is left to the caller)."""
+    if isinstance(spec, StdioServer):
+        return open_stdio_upstream(spec.name, [spec.command, *spec.args], env=spec.env, cwd=spec.cwd)
+    return open_http_upstream(spec.name, spec.url, transport=spec.transport, headers=spec.headers)
+
+
+HEALTH_INTERVAL = 10.0
+"""Seconds between pings of an idle HTTP upstream, to notice it went away."""
+
+_FAILURES = (UpstreamStartError, UpstreamGoneError, MCPError, OSError)
+
+
+class SharedRouter:
+    """Routes a shared upstream's server-to-client traffic to the right downstream session.
+
+    Notifications go to every session. A request (sampling, elicitation, roots) goes to
+    the one session that has requests in flight on this upstream; when several do, the
+    upstream gives no way to tell which one asked, so the request is refused rather
+    than shown to the wrong client.
+    """
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.sessions: dict[int, Downstream] = {}
+        self.in_flight: dict[int, int] = {}
+
+    def attach(self, key: int, downstream: Downstream) -> None:
+        self.sessions[key] = downstream
+
+    def detach(self, key: int) -> None:
+        self.sessions.pop(key, None)
+        self.in_flight.pop(key, None)
+
+    @asynccontextmanager
+    async def calling(self, key: int) -> AsyncIterator[None]:
+        self.in_flight[key] = self.in_flight.get(key, 0) + 1
+        try:
+            yield
+        finally:
+            left = self.in_flight.get(key, 1) - 1
+            if left > 0:
+                self.in_flight[key] = left
+            else:
+                self.in_flight.pop(key, None)
+
+    async def request(self, request: BaseModel) -> dict[str, Any]:
+        callers = [key for key, count in self.in_flight.items() if count > 0 and key in self.sessions]
+        if len(callers) != 1:
+            why = "no client has a request in flight" if not callers else "several clients have requests in flight"
+            raise MCPError(
+                types.INVALID_REQUEST,
+                f"cannot route this request from shared upstream {self.name!r}: {why}",
+            )
+        return await self.sessions[callers[0]].request(request)
+
+    async def notify(self, notification: types.ServerNotification) -> None:
+        for downstream in list(self.sessions.values()):
+            await downstream.notify(notification)
+
+
+class Slot:
+    """One configured upstream: its status, its identity, and how sessions reach it."""
+
+    def __init__(self, spec: ServerSpec, *, shared: bool, backoff: Backoff = Backoff()) -> None:
+        self.spec = spec
+        self.name = spec.name
+        self.shared = shared
+        self.status: Status = "starting"
+        self.detail = "not connected yet"
+        self.identity: types.InitializeResult | None = None
+        self.connection: Upstream | None = None
+        """The shared connection (shared slots) or the probe (per-session slots), while ready."""
+        self.router = SharedRouter(spec.name)
+        self.restarts = 0
+        self._backoff = backoff
+        self._listeners: list[Callable[[Slot], None]] = []
+        self._ready = anyio.Event()
+
+    def on_change(self, listener: Callable[[Slot], None]) -> None:
+        """Call ``listener`` whenever the slot goes up or down."""
+        self._listeners.append(listener)
+
+    def _set(self, status: Status, detail: str) -> None:
+        changed = status != self.status
+        self.status, self.detail = status, detail
+        if status == "ready":
+            self._ready.set()
+        if changed:
+            for listener in list(self._listeners):
+                listener(self)
+
+    async def wait_settled(self, limit: float) -> None:
+        """Wait until the first connection attempt has succeeded or failed."""
+        with anyio.move_on_after(limit):
+            while self.status == "starting":  # noqa: ASYNC110 - status changes have no single event
+                await anyio.sleep(0.02)
+
+    async def supervise(self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
+        """Keep the shared connection (or the probe) up, restarting it with backoff forever."""
+        task_status.started()
+        attempt = 0
+        while True:
+            try:
+                async with open_upstream(self.spec) as upstream:
+                    if self.shared:
+                        upstream.downstream = self.router
+                    await upstream.connect(PROXY_INFO, FULL_CAPABILITIES if self.shared else types.ClientCapabilities())
+                    self.identity = upstream.initialize_result
+                    self.connection = upstream
+                    attempt = 0
+                    self._set("ready", "connected")
+                    reason = await self._watch(upstream)
+            except _FAILURES as exc:
+                reason = str(exc) or type(exc).__name__
+            self.connection = None
+            self._set("down", reason)
+            delay = self._backoff.delay(attempt)
+            logger.warning("upstream %r is down (%s); reconnecting in %.1fs", self.name, reason, delay)
+            attempt += 1
+            self.restarts += 1
+            await anyio.sleep(delay)
+
+    async def _watch(self, upstream: Upstream) -> str:
+        """Wait until the connection is gone; HTTP upstreams are pinged, since nothing else says so."""
+        if isinstance(self.spec, HttpServer):
+            async with anyio.create_task_group() as tg:
+
+                async def ping() -> None:
+                    while True:
+                        await anyio.sleep(HEALTH_INTERVAL)
+                        try:
+                            with anyio.fail_after(HEALTH_INTERVAL):
+                                await upstream.request("ping", None)
+                        except (TimeoutError, *_FAILURES) as exc:
+                            upstream.mark_gone(f"upstream {upstream.label} failed a health check: {exc}")
+                            return
+
+                tg.start_soon(ping)
+                reason = await upstream.wait_gone()
+                tg.cancel_scope.cancel()
+            return reason
+        return await upstream.wait_gone()
+
+    @asynccontextmanager
+    async def session_connection(
+        self, client_info: types.Implementation, capabilities: types.ClientCapabilities, downstream: Downstream
+    ) -> AsyncIterator[Upstream]:
+        """A connection of one session's own, announcing that session's client."""
+        async with open_upstream(self.spec) as upstream:
+            upstream.downstream = downstream
+            await upstream.connect(client_info, capabilities)
+            yield upstream
