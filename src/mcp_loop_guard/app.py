@@ -78,6 +78,18 @@ def _announce(policy: Policy) -> None:
         logger.info("loop detection is disabled (LOOP_GUARD_ENABLED=false)")
 
 
+def _start_failure(exc: BaseException) -> BaseException | None:
+    """The upstream failure inside whatever task groups wrapped it, if that is what this is."""
+    if isinstance(exc, (UpstreamStartError, UpstreamGoneError)):
+        return exc
+    if isinstance(exc, BaseExceptionGroup):
+        for inner in exc.exceptions:
+            found = _start_failure(inner)
+            if found is not None:
+                return found
+    return None
+
+
 def abort_message(verdict: Verdict, code: int) -> str:
     """The one stderr line that says why the session ended."""
     return (
@@ -116,8 +128,11 @@ async def serve_stdio(plan: Plan) -> int:
             )
             await channel.closed.wait()
             tg.cancel_scope.cancel()
-    except (UpstreamStartError, UpstreamGoneError) as exc:
-        logger.error("%s", exc)
+    except (UpstreamStartError, UpstreamGoneError, BaseExceptionGroup) as exc:
+        failure = _start_failure(exc)
+        if failure is None:
+            raise
+        logger.error("%s", failure)
         return EXIT_ERROR
     if latch.verdict is not None:
         print(abort_message(latch.verdict, EXIT_LOOP_ABORTED), file=sys.stderr, flush=True)

@@ -37,6 +37,15 @@ exit codes: 0 client closed the session, 1 the upstream could not be started,
 """
 
 
+def _shown(default: object) -> str:
+    """A default as a user would write it in the environment."""
+    if isinstance(default, bool):
+        return str(default).lower()
+    if isinstance(default, tuple):
+        return ",".join(map(str, default)) or "none"
+    return "none" if default is None else str(default)
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="mcp-loop-guard",
@@ -54,8 +63,7 @@ def _parser() -> argparse.ArgumentParser:
     )
     for field in setting_fields():
         flag = "--" + field.name.replace("_", "-")
-        default = ",".join(field.default) if isinstance(field.default, tuple) else field.default
-        help_text = f"{field.description} (env LOOP_GUARD_{field.name.upper()}, default {default!s})"
+        help_text = f"{field.description} (env {field.env}, default {_shown(field.default)})"
         if field.type is bool:
             parser.add_argument(flag, action=argparse.BooleanOptionalAction, default=None, help=help_text)
         else:
