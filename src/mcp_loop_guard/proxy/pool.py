@@ -58,13 +58,19 @@ answers with an error for a client that lacks one."""
 
 @dataclass(frozen=True, slots=True)
 class Backoff:
-    """Restart delays: exponential with full jitter, capped."""
+    """Restart delays: exponential, capped, with "equal jitter" (half fixed, half random).
 
-    initial: float = 0.5
+    The fixed half guarantees a crashed server is never restarted at once, so the
+    calls right after a crash see why it crashed; the random half keeps many guards
+    from restarting a shared server in step.
+    """
+
+    initial: float = 1.0
     cap: float = 30.0
 
     def delay(self, attempt: int) -> float:
-        return random.uniform(0, min(self.cap, self.initial * 2**attempt))  # noqa: S311 - jitter, not crypto
+        ceiling = min(self.cap, self.initial * 2**attempt)
+        return ceiling / 2 + random.uniform(0, ceiling / 2)  # noqa: S311 - jitter, not crypto
 
 
 def open_upstream(spec: ServerSpec) -> AbstractAsyncContextManager[Upstream]:
