@@ -162,6 +162,7 @@ async def test_modern_client_through_guard(process_marker: str, time_server: lis
     arguments = {"source_timezone": "Europe/Paris", "time": "12:00", "target_timezone": "Asia/Tokyo"}
     with anyio.fail_after(30):
         async with Client(parameters, mode="auto") as client:
+            assert client.protocol_version == "2026-07-28"
             tools = await client.list_tools()
             assert {tool.name for tool in tools.tools} == {"get_current_time", "convert_time"}
             results = [await client.call_tool("convert_time", arguments) for _ in range(3)]
