@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 
-from benchmarks.results import DIRECT, FASTMCP, Check, Report, Row
+from benchmarks.results import DIRECT, FASTMCP, SHA256_FLOOR, Check, Report, Row
 
 STDIO_SMALL_VS_DIRECT = 2.0
 STDIO_SMALL_VS_FASTMCP = 0.5
@@ -49,10 +49,17 @@ def evaluate(report: Report, guard: str) -> list[Check]:
     x_rate = http.get("x_calls_s") if http and direct else math.nan
     goal = f"http: calls/s >= {HTTP_THROUGHPUT_VS_DIRECT}x direct"
     checks.append(_judge(goal, x_rate, x_rate >= HTTP_THROUGHPUT_VS_DIRECT, f"{x_rate:.2f}x"))
-    text = _first(report, "fingerprint", "result_key", "text")
+    text, floor = (
+        _first(report, "fingerprint", "result_key", "text"),
+        _first(report, "fingerprint", SHA256_FLOOR, "text"),
+    )
     gb_s = text.get("gb_s") if text else math.nan
     goal = f"fingerprint text: >= {FINGERPRINT_GB_S} GB/s"
-    checks.append(_judge(goal, gb_s, gb_s >= FINGERPRINT_GB_S, f"{gb_s:.2f} GB/s"))
+    shown = f"{gb_s:.2f} GB/s median"
+    if text and floor:
+        best = text.get("mb") / text.get("best_ms")
+        shown += f" (best {best:.2f}; SHA-256 alone: {floor.get('gb_s'):.2f} median)"
+    checks.append(_judge(goal, gb_s, gb_s >= FINGERPRINT_GB_S, shown))
     goal = f"detector: < {DETECTOR_BYTES} B per session, flat over calls"
     settled = [
         row

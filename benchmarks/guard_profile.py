@@ -1,7 +1,7 @@
-"""Where the guard's time goes on the stdio path, per forwarded small call.
+"""Where the guard's time goes on the stdio path, per forwarded call.
 
 A separate guard process runs under cProfile (see profiled_guard.py) while the
-client makes echo calls; the stats are then divided by the number of calls.
+client makes calls (small echoes, large results); the stats are then divided by the number of calls.
 cProfile's own overhead inflates every Python function call, so the absolute
 microseconds are higher than in an unprofiled run (compare the stdio table's
 own-CPU column): read the shares, and the call counts, which are exact.
@@ -21,7 +21,7 @@ from typing import Any, TextIO
 import anyio
 
 from benchmarks.processes import BENCH_DIR, BenchmarkError, GuardBuild, Via
-from benchmarks.stdio_rtt import call, connect
+from benchmarks.stdio_rtt import Case, call, connect
 
 _SITE = re.compile(r"site-packages/([A-Za-z0-9_]+)")
 _STDLIB = re.compile(r"python3\.\d+/(?:([A-Za-z0-9_]+)/|([A-Za-z0-9_]+)\.py)")
@@ -91,37 +91,35 @@ def summarize(stats_file: Path, calls: int, top: int = 15) -> dict[str, Any]:
 
 async def profile(
     build: GuardBuild,
-    *,
     upstream: Sequence[str],
-    calls: int,
-    warmup: int,
+    case: Case,
+    *,
     scratch: Path,
     errlog: TextIO,
     advance: Callable[[int], None],
 ) -> dict[str, Any]:
-    """Profile ``calls`` echo calls through ``build`` in front of ``upstream``.
+    """Profile ``case.calls`` calls through ``build`` in front of ``upstream``, after ``case.warmup``.
 
     Raises:
         BenchmarkError: the guard did not write its stats.
     """
-    stats_file = scratch / "guard.pstats"
+    stats_file = scratch / f"guard-{case.tool}.pstats"
     argv = [sys.executable, str(BENCH_DIR / "profiled_guard.py"), str(stats_file), "--", *upstream]
     via = Via(build.label, argv, build.env)
-    tool, key = ("echo", "message") if "everything" in " ".join(upstream) else ("echo", "text")
     async with connect(via, errlog) as connection:
         if connection.process is None:
             raise BenchmarkError("cannot find the profiled guard's process")
-        for i in range(warmup):
-            await call(connection.session, tool, {key: f"warmup {i}"})
+        for i in range(case.warmup):
+            await call(connection.session, case.tool, case.arguments(i))
         os.kill(connection.process.pid, signal.SIGUSR1)
-        for i in range(calls):
-            await call(connection.session, tool, {key: f"profiled {i}"})
+        for i in range(case.warmup, case.warmup + case.calls):
+            await call(connection.session, case.tool, case.arguments(i))
             advance(1)
         os.kill(connection.process.pid, signal.SIGUSR2)
         with anyio.fail_after(30):
             while not stats_file.exists():  # noqa: ASYNC110 - another process writes it; nothing to wait on
                 await anyio.sleep(0.05)
-    summary = summarize(stats_file, calls)
+    summary = summarize(stats_file, case.calls)
     summary["guard"] = build.label
-    summary["upstream"] = " ".join([Path(upstream[0]).name, *upstream[1:]])
+    summary["case"] = case.name
     return summary

@@ -4,7 +4,8 @@ Every target keeps ``sessions`` warm sessions; a burst has each session make
 sequential echo calls, all sessions at once. Bursts alternate between targets
 (A B, B A, ...), and each target's throughput is its calls over the time its
 bursts took. The load comes from one Python process, as the guard's would
-from one agent host; on two cores the client itself uses much of one.
+from one agent host; its CPU share is reported, since on two cores a busy
+client competes with the servers it measures.
 
 The upstream is server-everything in its streamable HTTP mode. The guard and
 FastMCP forward HTTP to it; mcp-proxy can only put HTTP in front of a stdio
@@ -20,10 +21,11 @@ from dataclasses import dataclass
 from typing import TextIO
 
 import anyio
+import psutil
 from mcp import ClientSession
 from mcp.client.streamable_http import streamable_http_client
 
-from benchmarks.processes import BenchmarkError
+from benchmarks.processes import BenchmarkError, cpu_seconds
 from benchmarks.results import DIRECT, Row
 from benchmarks.stats import ratio, summarize
 from benchmarks.stdio_rtt import CALL_SECONDS, call
@@ -33,10 +35,11 @@ SCENARIO = "http"
 
 @dataclass(frozen=True)
 class HttpTarget:
-    """A running endpoint to load."""
+    """A running endpoint to load, and the process serving it (for its CPU time)."""
 
     via: str
     url: str
+    process: psutil.Process | None
     note: str = ""
 
 
@@ -89,6 +92,9 @@ async def measure(
     case = f"echo, {sessions} sessions"
     latencies: dict[str, list[float]] = {t.via: [] for t in targets}
     walls: dict[str, float] = dict.fromkeys(latencies, 0.0)
+    server_cpu: dict[str, float] = dict.fromkeys(latencies, 0.0)
+    client_cpu: dict[str, float] = dict.fromkeys(latencies, 0.0)
+    client = psutil.Process()
     async with AsyncExitStack() as stack:
         pools = [await stack.enter_async_context(open_sessions(t.url, sessions)) for t in targets]
         for target, pool in zip(targets, pools, strict=True):
@@ -96,7 +102,10 @@ async def measure(
         for r in range(rounds):
             order = list(zip(targets, pools, strict=True))
             for target, pool in order if r % 2 == 0 else reversed(order):
+                cpu_before = cpu_seconds(target.process), cpu_seconds(client)
                 got, wall = await burst(pool, calls, f"round {r}")
+                server_cpu[target.via] += cpu_seconds(target.process) - cpu_before[0]
+                client_cpu[target.via] += cpu_seconds(client) - cpu_before[1]
                 latencies[target.via].extend(got)
                 walls[target.via] += wall
                 advance(1)
@@ -114,6 +123,8 @@ async def measure(
             "p99_ms": latency.p99 * 1e3,
             "x_p50": ratio(latency.p50, direct.p50),
             "x_p99": ratio(latency.p99, direct.p99),
+            "cpu_ms": server_cpu[target.via] / latency.n * 1e3,
+            "client_cpu_pct": client_cpu[target.via] / walls[target.via] * 100,
         }
         rows.append(Row(SCENARIO, case, target.via, values, target.note))
     return rows

@@ -29,6 +29,7 @@ COLUMNS: dict[str, tuple[str, str]] = {
     "x_p50": ("p50 ÷ direct", "{:.2f}x"),
     "x_p99": ("p99 ÷ direct", "{:.2f}x"),
     "cpu_ms": ("own CPU ms/call", "{:.3f}"),
+    "client_cpu_pct": ("client CPU %", "{:.0f}"),
     "mb": ("MB", "{:g}"),
     "best_ms": ("best ms", "{:.2f}"),
     "gb_s": ("GB/s", "{:.2f}"),
@@ -80,16 +81,16 @@ def print_report(report: Report, console: Console) -> None:
         met = {True: "[green]met[/]", False: "[red]missed[/]", None: "[dim]not measured[/]"}[check.met]
         checks.add_row(check.goal, check.measured, met)
     console.print(checks)
-    if report.profile:
-        console.print(_profile_table(report.profile))
+    for profile in report.profiles:
+        console.print(_profile_table(profile))
 
 
 def _profile_table(profile: dict[str, Any]) -> Table:
     table = Table(
         title=(
-            f"where {profile['guard']} spends CPU per forwarded call ({profile['calls']:,} echo calls to "
-            f"{profile['upstream']}; cProfile: {profile['busy_us_per_call']:.0f} µs busy per call, "
-            "profiler overhead included)"
+            f"where {profile['guard']} spends its time per forwarded call: {profile['case']}, "
+            f"{profile['calls']:,} calls; cProfile: {profile['busy_us_per_call']:,.0f} µs busy per call, "
+            "profiler overhead included"
         ),
         title_justify="left",
     )

@@ -17,6 +17,9 @@ DIRECT = "direct"
 GUARD = "mcp-loop-guard"
 FASTMCP = "fastmcp"
 MCP_PROXY = "mcp-proxy"
+RELAY = "byte relay"
+SHA256_FLOOR = "sha256 alone"
+"""The floor: a process that copies bytes both ways and parses nothing."""
 
 Value = float | int | str
 
@@ -57,7 +60,8 @@ class Report:
     meta: dict[str, Any]
     rows: list[Row] = field(default_factory=list)
     checks: list[Check] = field(default_factory=list)
-    profile: dict[str, Any] | None = None
+    profiles: list[dict[str, Any]] = field(default_factory=list)
+    """Where the guard spends its time, one summary per profiled case."""
 
     def find(self, scenario: str, case: str, via: str) -> Row | None:
         """The measured (not skipped) row for one case and via, if any."""

@@ -15,7 +15,7 @@ import sys
 import traceback
 from collections.abc import Awaitable, Callable, Sequence
 from contextlib import AsyncExitStack
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
@@ -45,7 +45,7 @@ from benchmarks.processes import (
     scratch_dir,
 )
 from benchmarks.report import markdown, print_report
-from benchmarks.results import DIRECT, FASTMCP, MCP_PROXY, Report, Row
+from benchmarks.results import DIRECT, FASTMCP, MCP_PROXY, RELAY, Report, Row
 from benchmarks.sizes import SIZES, Size
 
 EXIT_FAILED = 1
@@ -86,6 +86,7 @@ class Run:
     scratch: Path
     progress: Progress
     rows: list[Row] = field(default_factory=list)
+    profiles: list[dict[str, Any]] = field(default_factory=list)
     failures: list[str] = field(default_factory=list)
 
     def advancer(self, task: TaskID) -> Callable[[int], None]:
@@ -153,6 +154,8 @@ async def _idle_rss(run: Run, task: TaskID, *, case: str, via: str, server: psut
 
 def _stdio_vias(run: Run, upstream: list[str], cases: Sequence[str]) -> list[Via]:
     vias = [Via(DIRECT, upstream)]
+    relay = [sys.executable, str(BENCH_DIR / "relay_floor.py"), *upstream]
+    vias.append(Via(RELAY, relay, note="copies bytes, parses nothing: the least a proxy process costs"))
     vias += [Via(build.label, build.command(upstream), build.env) for build in run.builds]
     fastmcp_skip = run.peer_skips[FASTMCP]
     if fastmcp_skip is None:
@@ -165,23 +168,17 @@ def _stdio_vias(run: Run, upstream: list[str], cases: Sequence[str]) -> list[Via
     return vias
 
 
-async def _stdio(run: Run, task: TaskID) -> None:
-    size = run.size
-    echo = stdio_rtt.Case(
-        "echo · server-everything",
-        "echo",
-        lambda i: {"message": f"call {i}"},
-        size.echo_calls,
-        size.echo_warmup,
-    )
-    everything = everything_command()
-    if everything is None:
-        run.skip("stdio", echo.name, DIRECT, EVERYTHING_MISSING)
-    else:
-        vias = _stdio_vias(run, everything, [echo.name])
-        run.rows += await stdio_rtt.run_group(vias, [echo], run.log, run.advancer(task))
+def _cases(size: Size) -> tuple[stdio_rtt.Case, stdio_rtt.Case, stdio_rtt.Case]:
+    """Small calls on server-everything and on the fixture, large results on the fixture."""
     large = size.large_bytes
-    fixture_cases = [
+    return (
+        stdio_rtt.Case(
+            "echo · server-everything",
+            "echo",
+            lambda i: {"message": f"call {i}"},
+            size.echo_calls,
+            size.echo_warmup,
+        ),
         stdio_rtt.Case("echo · fixture", "echo", lambda i: {"text": f"call {i}"}, size.echo_calls, size.echo_warmup),
         stdio_rtt.Case(
             f"{large / 1e6:g} MB result · fixture",
@@ -190,9 +187,19 @@ async def _stdio(run: Run, task: TaskID) -> None:
             size.large_calls,
             size.large_warmup,
         ),
-    ]
-    vias = _stdio_vias(run, fixture_command(), [case.name for case in fixture_cases])
-    run.rows += await stdio_rtt.run_group(vias, fixture_cases, run.log, run.advancer(task))
+    )
+
+
+async def _stdio(run: Run, task: TaskID) -> None:
+    echo, fixture_echo, large = _cases(run.size)
+    everything = everything_command()
+    if everything is None:
+        run.skip("stdio", echo.name, DIRECT, EVERYTHING_MISSING)
+    else:
+        vias = _stdio_vias(run, everything, [echo.name])
+        run.rows += await stdio_rtt.run_group(vias, [echo], run.log, run.advancer(task))
+    vias = _stdio_vias(run, fixture_command(), [fixture_echo.name, large.name])
+    run.rows += await stdio_rtt.run_group(vias, [fixture_echo, large], run.log, run.advancer(task))
 
 
 async def _http(run: Run, task: TaskID) -> None:
@@ -205,8 +212,8 @@ async def _http(run: Run, task: TaskID) -> None:
     async with AsyncExitStack() as stack:
         port = free_port()
         upstream = f"http://127.0.0.1:{port}/mcp"
-        await stack.enter_async_context(background_server(everything_http, port, run.log, {"PORT": str(port)}))
-        targets = [http_load.HttpTarget(DIRECT, upstream, "server-everything streamableHttp")]
+        server = await stack.enter_async_context(background_server(everything_http, port, run.log, {"PORT": str(port)}))
+        targets = [http_load.HttpTarget(DIRECT, upstream, server, "server-everything streamableHttp")]
         for build in run.builds:
             reason = guard_http_support(build)
             if reason is not None:
@@ -214,43 +221,48 @@ async def _http(run: Run, task: TaskID) -> None:
                 continue
             guard_port = free_port()
             command = build.http_command(guard_port, upstream)
-            await stack.enter_async_context(background_server(command, guard_port, run.log, build.env))
-            targets.append(http_load.HttpTarget(build.label, f"http://127.0.0.1:{guard_port}/mcp", "HTTP to HTTP"))
+            guard = await stack.enter_async_context(background_server(command, guard_port, run.log, build.env))
+            url = f"http://127.0.0.1:{guard_port}/mcp"
+            targets.append(http_load.HttpTarget(build.label, url, guard, "HTTP to HTTP"))
         if (reason := run.peer_skips[FASTMCP]) is not None:
             run.skip("http", case, FASTMCP, reason)
         else:
             peer_port = free_port()
             command = [str(FASTMCP_PEER.executable), str(FASTMCP_SCRIPT), "http", str(peer_port), upstream]
-            await stack.enter_async_context(background_server(command, peer_port, run.log))
+            peer = await stack.enter_async_context(background_server(command, peer_port, run.log))
             note = "HTTP to HTTP, create_proxy(url): a new upstream session per request (its default)"
-            targets.append(http_load.HttpTarget(FASTMCP, f"http://127.0.0.1:{peer_port}/mcp", note))
+            targets.append(http_load.HttpTarget(FASTMCP, f"http://127.0.0.1:{peer_port}/mcp", peer, note))
         if (reason := run.peer_skips[MCP_PROXY]) is not None:
             run.skip("http", case, MCP_PROXY, reason)
         else:
             peer_port = free_port()
             command = [str(MCP_PROXY_PEER.executable), "--port", str(peer_port), "--", *everything_stdio]
-            await stack.enter_async_context(background_server(command, peer_port, run.log))
+            peer = await stack.enter_async_context(background_server(command, peer_port, run.log))
             note = "HTTP to stdio: one server-everything process shared by all sessions"
-            targets.append(http_load.HttpTarget(MCP_PROXY, f"http://127.0.0.1:{peer_port}/mcp", note))
+            targets.append(http_load.HttpTarget(MCP_PROXY, f"http://127.0.0.1:{peer_port}/mcp", peer, note))
         run.progress.update(task, total=size.http_rounds * len(targets))
         run.rows += await http_load.measure(
             targets, size.http_sessions, size.http_calls, size.http_rounds, run.advancer(task)
         )
 
 
-async def _profile(run: Run, task: TaskID) -> dict[str, Any] | None:
+async def _profile(run: Run, task: TaskID) -> None:
     from benchmarks import guard_profile
 
-    upstream = everything_command() or fixture_command()
-    return await guard_profile.profile(
-        run.builds[0],
-        upstream=upstream,
-        calls=run.size.profile_calls,
-        warmup=max(run.size.echo_warmup, 20),
-        scratch=run.scratch,
-        errlog=run.log,
-        advance=run.advancer(task),
-    )
+    echo, fixture_echo, large = _cases(run.size)
+    everything = everything_command()
+    small = (everything, echo) if everything is not None else (fixture_command(), fixture_echo)
+    profiled = [
+        (*small, run.size.profile_calls),
+        (fixture_command(), large, max(3, run.size.profile_calls // 30)),
+    ]
+    for upstream, case, calls in profiled:
+        shorter = replace(case, calls=calls, warmup=max(case.warmup // 5, 1))
+        run.profiles.append(
+            await guard_profile.profile(
+                run.builds[0], upstream, shorter, scratch=run.scratch, errlog=run.log, advance=run.advancer(task)
+            )
+        )
 
 
 # --- the run ---------------------------------------------------------------------------------
@@ -309,32 +321,27 @@ def _install_peers(wanted: bool, console: Console) -> dict[str, str | None]:
     return skips
 
 
-async def _run_all(run: Run, only: Sequence[str]) -> dict[str, Any] | None:
+async def _run_all(run: Run, only: Sequence[str]) -> None:
     size = run.size
     steps: dict[str, tuple[int, Callable[[Run, TaskID], Awaitable[Any]]]] = {
         "fingerprint": (4, _fingerprint),
         "memory": (size.detector_calls + size.idle_sessions * (1 + len(run.builds)), _memory),
         "stdio": (2 * (size.echo_calls + size.echo_warmup) + size.large_calls + size.large_warmup, _stdio),
         "http": (size.http_rounds * 4, _http),
-        "profile": (size.profile_calls, _profile),
+        "profile": (size.profile_calls + max(3, size.profile_calls // 30), _profile),
     }
-    profile = None
     for name, (total, scenario) in steps.items():
         if name not in only:
             continue
         task = run.progress.add_task(name, total=total)
         try:
-            result = await scenario(run, task)
+            await scenario(run, task)
         # Any failure: recorded, the log gets the traceback, the exit status says so; the rest still run.
         except Exception as exc:
             run.failures.append(f"{name}: {exc!r}")
             traceback.print_exc(file=run.log)
             run.skip(name, "(scenario)", "-", f"failed: {exc!r} (traceback in the log)")
-        else:
-            if name == "profile":
-                profile = result
         run.progress.update(task, completed=run.progress.tasks[task].total)
-    return profile
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -366,8 +373,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
         run = Run(size, builds, skips, log, Path(scratch), progress)
         with progress:
-            profile = anyio.run(_run_all, run, args.only or SCENARIOS)
-    report = Report(meta, run.rows, profile=profile)
+            anyio.run(_run_all, run, args.only or SCENARIOS)
+    report = Report(meta, run.rows, profiles=run.profiles)
     report.checks = evaluate(report, builds[0].label)
     print_report(report, console)
     report.write(out)

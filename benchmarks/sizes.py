@@ -46,8 +46,8 @@ SMOKE = Size(
     text_bytes=1_000_000,
     image_bytes=500_000,
     fingerprint_repeats=3,
-    detector_calls=10_000,
-    detector_checkpoints=(10, 1_000, 10_000),
+    detector_calls=2_000,
+    detector_checkpoints=(10, 1_000, 2_000),
     profile_calls=50,
 )
 
@@ -59,7 +59,7 @@ FULL = Size(
     large_warmup=20,
     large_bytes=1_000_000,
     http_sessions=32,
-    http_calls=30,
+    http_calls=20,
     http_rounds=6,
     idle_sessions=1_000,
     text_bytes=10_000_000,
