@@ -8,6 +8,7 @@ import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import partial
+from typing import Any
 
 import anyio
 import anyio.abc
@@ -16,7 +17,7 @@ from mcp.server.runner import serve_dual_era_loop
 from mcp_loop_guard.config import GuardConfig
 from mcp_loop_guard.core.model import Verdict
 from mcp_loop_guard.core.policy import Policy
-from mcp_loop_guard.proxy.pool import Slot
+from mcp_loop_guard.proxy.pool import Limits, Slot
 from mcp_loop_guard.proxy.process import UpstreamStartError
 from mcp_loop_guard.proxy.sessions import AbortLatch, SessionFactory
 from mcp_loop_guard.proxy.stdio import open_stdio_channel
@@ -54,6 +55,16 @@ class Plan:
     policy: Policy
     server_policies: Mapping[str, Policy]
 
+    @property
+    def limits(self) -> Limits:
+        return Limits(self.settings.max_message_bytes, self.settings.call_timeout_seconds)
+
+    def factory(self, slots: list[Slot], **kwargs: Any) -> SessionFactory:
+        """Sessions of this plan, over ``slots``."""
+        return SessionFactory(
+            slots, self.policy, self.server_policies, log_contents=self.settings.log_contents, **kwargs
+        )
+
 
 def plan(config: GuardConfig, settings: Settings) -> Plan:
     """Resolve the policies; raises SettingsError for a bad per-server override.
@@ -71,7 +82,10 @@ def plan(config: GuardConfig, settings: Settings) -> Plan:
     return Plan(config, settings, policy, overrides)
 
 
-def _announce(policy: Policy) -> None:
+def _announce(plan: Plan) -> None:
+    policy = plan.policy
+    if plan.settings.log_contents:
+        logger.warning("LOOP_GUARD_LOG_CONTENTS is on: tool arguments and results are logged (unsafe)")
     if policy.misconfiguration is not None:
         logger.error("%s; the proxy keeps working unguarded", policy.misconfiguration)
     elif not policy.enabled:
@@ -104,15 +118,15 @@ async def serve_stdio(plan: Plan) -> int:
     With a single client every upstream connection is the session's own, so each
     upstream sees the real client's identity and capabilities.
     """
-    _announce(plan.policy)
-    slots = [Slot(spec, shared=False) for spec in plan.config.servers]
-    factory = SessionFactory(slots, plan.policy, plan.server_policies)
+    _announce(plan)
+    slots = [Slot(spec, shared=False, limits=plan.limits) for spec in plan.config.servers]
+    factory = plan.factory(slots)
     outcome = _Outcome()
     latch = AbortLatch()
     try:
         async with (
             factory.open(latch, prestart=True) as proxy,
-            open_stdio_channel() as channel,
+            open_stdio_channel(plan.settings.max_message_bytes) as channel,
             anyio.create_task_group() as tg,
         ):
 
@@ -146,5 +160,5 @@ async def serve_http(plan: Plan) -> int:
     """Serve many sessions over streamable HTTP or SSE until SIGTERM or SIGINT."""
     from mcp_loop_guard.proxy.http import run_http  # noqa: PLC0415 - starlette and uvicorn load only here
 
-    _announce(plan.policy)
-    return await run_http(plan.config, plan.settings, plan.policy, plan.server_policies)
+    _announce(plan)
+    return await run_http(plan)

@@ -69,6 +69,8 @@ class StdioServer:
     cwd: str | None = None
     policy: Mapping[str, Any] = field(default_factory=lambda: _NO_VALUES)
     """Per-server loop rules, for :meth:`Settings.policy_for <mcp_loop_guard.settings.Settings.policy_for>`."""
+    call_timeout: float | None = None
+    """Seconds a request may go without an answer or progress (``callTimeoutSeconds``); None: the global one."""
 
     def __repr__(self) -> str:
         """Everything but the values of ``env``, which often hold tokens."""
@@ -88,6 +90,8 @@ class HttpServer:
     headers: Mapping[str, str] = field(default_factory=lambda: _NO_VALUES)
     """Sent with every request, e.g. ``Authorization``."""
     policy: Mapping[str, Any] = field(default_factory=lambda: _NO_VALUES)
+    call_timeout: float | None = None
+    """Seconds a request may go without an answer or progress (``callTimeoutSeconds``); None: the global one."""
 
     def __repr__(self) -> str:
         """Everything but header values and the URL's password and query values."""
@@ -135,6 +139,7 @@ class _Entry(BaseModel):
     transport: str | None = None
     headers: dict[str, str] = Field(default_factory=dict)
     loop_guard: dict[str, Any] = Field(default_factory=dict, alias="loopGuard")
+    call_timeout_seconds: float | int | None = Field(default=None, gt=0, alias="callTimeoutSeconds")
 
 
 def load_config(path: Path) -> GuardConfig:
@@ -252,6 +257,7 @@ def _server(
             MappingProxyType({key: expand(value, f"env.{key}") for key, value in spec.env.items()}),
             None if spec.cwd is None else expand(spec.cwd, "cwd"),
             policy,
+            None if spec.call_timeout_seconds is None else float(spec.call_timeout_seconds),
         )
     url = expand(spec.url or "", "url")
     if len(problems) == found and not _is_http_url(url):
@@ -260,7 +266,8 @@ def _server(
     remote: Literal["http", "sse"] = (
         "sse" if kind == "sse" or (kind is None and _guess_transport(url) == "sse") else "http"
     )
-    return HttpServer(name, url, remote, headers, policy)
+    timeout = None if spec.call_timeout_seconds is None else float(spec.call_timeout_seconds)
+    return HttpServer(name, url, remote, headers, policy, timeout)
 
 
 def _transport(spec: _Entry, at: str, problems: list[tuple[str, str]]) -> str | None:

@@ -139,6 +139,21 @@ class Settings(BaseSettings):
         json_schema_extra={"accepted": "a comma-separated list of origins like https://app.example.com:* (no path)"},
     )
     log_format: Literal["text", "json"] = Field(default="text", description="Log lines as text or one JSON object.")
+    call_timeout_seconds: float | None = Field(
+        default=None,
+        gt=0,
+        description="Seconds an upstream request may go without an answer or progress before it is cancelled; "
+        "unset: no limit.",
+    )
+    max_message_bytes: int = Field(
+        default=64 * 1024 * 1024,
+        gt=0,
+        description="Largest JSON-RPC message accepted on a stdio channel (a client request or an upstream result).",
+    )
+    log_contents: bool = Field(
+        default=False,
+        description="UNSAFE: log tool arguments and results (they may hold secrets); for debugging only.",
+    )
 
     @classmethod
     def settings_customise_sources(

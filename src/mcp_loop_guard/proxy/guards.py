@@ -73,28 +73,31 @@ class BodyLimit:
             await self._too_large(send)
             return
         seen = 0
-        started = False
+        started = rejected = False
 
         async def limited_receive() -> Message:
-            nonlocal seen
+            nonlocal seen, rejected
+            if rejected:
+                return {"type": "http.disconnect"}
             message = await receive()
             if message["type"] == "http.request":
                 seen += len(message.get("body", b""))
-                if seen > self.limit:
-                    raise _TooLargeError
+                if seen > self.limit and not started:
+                    # Answer now; the app sees the client go away and whatever it sends is dropped.
+                    rejected = True
+                    await self._too_large(send)
+                    return {"type": "http.disconnect"}
             return message
 
-        async def tracking_send(message: Message) -> None:
+        async def guarded_send(message: Message) -> None:
             nonlocal started
+            if rejected:
+                return
             if message["type"] == "http.response.start":
                 started = True
             await send(message)
 
-        try:
-            await self.app(scope, limited_receive, tracking_send)
-        except _TooLargeError:
-            if not started:
-                await self._too_large(send)
+        await self.app(scope, limited_receive, guarded_send)
 
     async def _too_large(self, send: Send) -> None:
         await _reply(
@@ -102,7 +105,3 @@ class BodyLimit:
             413,
             f"Request body too large: the limit is {self.limit} bytes (LOOP_GUARD_MAX_REQUEST_BYTES)",
         )
-
-
-class _TooLargeError(Exception):
-    pass

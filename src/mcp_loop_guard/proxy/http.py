@@ -17,16 +17,20 @@ import logging
 from collections.abc import AsyncIterator, Mapping
 from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from uuid import uuid4
 
 import anyio
 import anyio.abc
 import uvicorn
-from mcp.server.runner import serve_dual_era_loop, serve_loop
+from mcp.server.connection import Connection
+from mcp.server.runner import serve_connection, serve_dual_era_loop, serve_loop
 from mcp.server.sse import SseServerTransport
 from mcp.server.streamable_http import MCP_SESSION_ID_HEADER, StreamableHTTPServerTransport
 from mcp.server.transport_security import TransportSecuritySettings
+from mcp.shared.jsonrpc_dispatcher import JSONRPCDispatcher
+from mcp.shared.transport_context import TransportContext
+from mcp_types import DEFAULT_NEGOTIATED_VERSION
 from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS
 from starlette.applications import Starlette
 from starlette.requests import Request
@@ -34,8 +38,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Mount, Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from mcp_loop_guard.config import GuardConfig, HttpServer
-from mcp_loop_guard.core.policy import Policy
+from mcp_loop_guard.config import HttpServer
 from mcp_loop_guard.metrics import Metrics
 from mcp_loop_guard.proxy.catalog import CollisionError, Names
 from mcp_loop_guard.proxy.guards import AuthGuard, BodyLimit, security_settings
@@ -43,6 +46,9 @@ from mcp_loop_guard.proxy.pool import Slot
 from mcp_loop_guard.proxy.server import GuardedProxy
 from mcp_loop_guard.proxy.sessions import AbortLatch, SessionFactory
 from mcp_loop_guard.settings import Settings
+
+if TYPE_CHECKING:
+    from mcp_loop_guard.app import Plan
 
 logger = logging.getLogger(__name__)
 
@@ -214,7 +220,7 @@ class GuardSessions:
         if modern:
             await handle_modern_request(keyed.proxy.server, self.security, False, {}, scope, receive, send)
         else:
-            await self._serve_stateless(keyed, scope, receive, send)
+            await self._serve_stateless(keyed, headers.get(MCP_PROTOCOL_VERSION_HEADER), scope, receive, send)
         if keyed.latch.verdict is not None:
             keyed.latch.verdict = None
             keyed.refused_until = anyio.current_time() + self.factory.policy.reset_after_seconds
@@ -224,14 +230,26 @@ class GuardSessions:
                 self.factory.policy.reset_after_seconds,
             )
 
-    async def _serve_stateless(self, keyed: _Keyed, scope: Scope, receive: Receive, send: Send) -> None:
+    async def _serve_stateless(
+        self, keyed: _Keyed, version: str | None, scope: Scope, receive: Receive, send: Send
+    ) -> None:
         assert self._tg is not None
         transport = StreamableHTTPServerTransport(mcp_session_id=None, security_settings=self.security)
 
         async def run(*, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
             async with transport.connect() as (read, write):
                 task_status.started()
-                await serve_dual_era_loop(keyed.proxy.server, read, write, lifespan_state={})
+                # One request per connection, so the connection is born initialized (as in the
+                # SDK's own stateless mode); with no session, nothing can reach the client
+                # but the answer, hence no server-to-client requests.
+                dispatcher: JSONRPCDispatcher[TransportContext] = JSONRPCDispatcher(
+                    read,
+                    write,
+                    inline_methods=frozenset({"initialize"}),
+                    transport_builder=lambda _md: TransportContext(kind="streamable-http", can_send_request=False),
+                )
+                connection = Connection.from_envelope(version or DEFAULT_NEGOTIATED_VERSION, None, None)
+                await serve_connection(keyed.proxy.server, dispatcher, connection=connection, lifespan_state={})
 
         await self._tg.start(run)
         try:
@@ -295,9 +313,9 @@ def _json_error(status: int, message: str, headers: Mapping[str, str] | None = N
     return Response(json.dumps(body), status_code=status, media_type="application/json", headers=dict(headers or {}))
 
 
-def _slots(config: GuardConfig) -> list[Slot]:
+def _slots(plan: Plan) -> list[Slot]:
     """HTTP upstreams get a connection per session; stdio upstreams one shared child each."""
-    return [Slot(spec, shared=not isinstance(spec, HttpServer)) for spec in config.servers]
+    return [Slot(spec, shared=not isinstance(spec, HttpServer), limits=plan.limits) for spec in plan.config.servers]
 
 
 async def _check_names(slots: list[Slot]) -> None:
@@ -355,11 +373,12 @@ class _asgi:  # noqa: N801 - a Route endpoint that is a raw ASGI callable, not a
         await self.handler(scope, receive, send)
 
 
-async def run_http(config: GuardConfig, settings: Settings, policy: Policy, overrides: Mapping[str, Policy]) -> int:
+async def run_http(plan: Plan) -> int:
     """Start every upstream, then serve until uvicorn is told to stop."""
+    settings = plan.settings
     metrics = Metrics()
-    slots = _slots(config)
-    factory = SessionFactory(slots, policy, overrides, observe=metrics.observe_call)
+    slots = _slots(plan)
+    factory = plan.factory(slots, observe=metrics.observe_call)
     sessions = GuardSessions(factory, settings, metrics)
     async with anyio.create_task_group() as tg:
         listener = factory.on_slot_change(tg)

@@ -22,6 +22,7 @@ class Link(Protocol):
     """One session's way to one upstream."""
 
     name: str
+    call_timeout: float | None
 
     @property
     def identity(self) -> types.InitializeResult | None:
@@ -46,6 +47,7 @@ class SharedLink:
 
     def __init__(self, slot: Slot, key: int, downstream: Downstream) -> None:
         self.name = slot.name
+        self.call_timeout = slot.call_timeout
         self._slot = slot
         self._key = key
         slot.router.attach(key, downstream)
@@ -84,6 +86,7 @@ class OwnLink:
         self, slot: Slot, downstream: Downstream, tg: anyio.abc.TaskGroup, backoff: Backoff | None = None
     ) -> None:
         self.name = slot.name
+        self.call_timeout = slot.call_timeout
         self._slot = slot
         self._downstream = downstream
         self._tg = tg
@@ -119,7 +122,7 @@ class OwnLink:
 
         async def hold(*, task_status: anyio.abc.TaskStatus[Upstream]) -> None:
             try:
-                async with open_upstream(self._slot.spec) as upstream:
+                async with open_upstream(self._slot.spec, self._slot.limits) as upstream:
                     upstream.downstream = self._downstream
                     task_status.started(upstream)
                     await release.wait()

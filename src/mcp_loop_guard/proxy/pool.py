@@ -45,15 +45,15 @@ Status = Literal["starting", "ready", "down"]
 PROXY_INFO = types.Implementation(name="mcp-loop-guard", version=__version__)
 """How the guard names itself to shared upstreams and, with several upstreams, to clients."""
 
-FULL_CAPABILITIES = types.ClientCapabilities(
+SHARED_CAPABILITIES = types.ClientCapabilities(
     sampling=types.SamplingCapability(),
     elicitation=types.ElicitationCapability(
         form=types.FormElicitationCapability(), url=types.UrlElicitationCapability()
     ),
-    roots=types.RootsCapability(list_changed=True),
 )
-"""A shared connection serves clients of every kind, so it claims all client features and
-answers with an error for a client that lacks one."""
+"""A shared connection serves clients of every kind, so it claims the per-request client
+features (answering with an error for a client that lacks one) but not roots: one server
+process cannot have each client's roots."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,13 +70,22 @@ class Backoff:
 
     def delay(self, attempt: int) -> float:
         ceiling = min(self.cap, self.initial * 2**attempt)
-        return ceiling / 2 + random.uniform(0, ceiling / 2)  # noqa: S311 - jitter, not crypto
+        return float(ceiling / 2 + random.uniform(0, ceiling / 2))  # noqa: S311 - jitter, not crypto
 
 
-def open_upstream(spec: ServerSpec) -> AbstractAsyncContextManager[Upstream]:
+@dataclass(frozen=True, slots=True)
+class Limits:
+    """Bounds that protect the guard from an upstream: message size, and time without an answer."""
+
+    max_message_bytes: int = 64 * 1024 * 1024
+    call_timeout: float | None = None
+
+
+def open_upstream(spec: ServerSpec, limits: Limits) -> AbstractAsyncContextManager[Upstream]:
     """Open a connection (the handshake is left to the caller)."""
     if isinstance(spec, StdioServer):
-        return open_stdio_upstream(spec.name, [spec.command, *spec.args], env=spec.env, cwd=spec.cwd)
+        command = [spec.command, *spec.args]
+        return open_stdio_upstream(spec.name, command, env=spec.env, cwd=spec.cwd, max_bytes=limits.max_message_bytes)
     return open_http_upstream(spec.name, spec.url, transport=spec.transport, headers=spec.headers)
 
 
@@ -137,10 +146,15 @@ class SharedRouter:
 class Slot:
     """One configured upstream: its status, its identity, and how sessions reach it."""
 
-    def __init__(self, spec: ServerSpec, *, shared: bool, backoff: Backoff = Backoff()) -> None:
+    def __init__(
+        self, spec: ServerSpec, *, shared: bool, limits: Limits | None = None, backoff: Backoff | None = None
+    ) -> None:
         self.spec = spec
         self.name = spec.name
         self.shared = shared
+        self.limits = limits or Limits()
+        self.call_timeout = spec.call_timeout or self.limits.call_timeout
+        """Seconds a request to this upstream may go without an answer or progress; None: no limit."""
         self.status: Status = "starting"
         self.detail = "not connected yet"
         self.identity: types.InitializeResult | None = None
@@ -148,7 +162,7 @@ class Slot:
         """The shared connection (shared slots) or the probe (per-session slots), while ready."""
         self.router = SharedRouter(spec.name)
         self.restarts = 0
-        self._backoff = backoff
+        self._backoff = backoff or Backoff()
         self._listeners: list[Callable[[Slot], None]] = []
         self._ready = anyio.Event()
 
@@ -177,10 +191,12 @@ class Slot:
         attempt = 0
         while True:
             try:
-                async with open_upstream(self.spec) as upstream:
+                async with open_upstream(self.spec, self.limits) as upstream:
                     if self.shared:
                         upstream.downstream = self.router
-                    await upstream.connect(PROXY_INFO, FULL_CAPABILITIES if self.shared else types.ClientCapabilities())
+                    await upstream.connect(
+                        PROXY_INFO, SHARED_CAPABILITIES if self.shared else types.ClientCapabilities()
+                    )
                     self.identity = upstream.initialize_result
                     self.connection = upstream
                     attempt = 0
@@ -222,7 +238,7 @@ class Slot:
         self, client_info: types.Implementation, capabilities: types.ClientCapabilities, downstream: Downstream
     ) -> AsyncIterator[Upstream]:
         """A connection of one session's own, announcing that session's client."""
-        async with open_upstream(self.spec) as upstream:
+        async with open_upstream(self.spec, self.limits) as upstream:
             upstream.downstream = downstream
             await upstream.connect(client_info, capabilities)
             yield upstream

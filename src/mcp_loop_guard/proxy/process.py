@@ -13,6 +13,8 @@ import os
 import shlex
 import signal
 import subprocess
+import sys
+from collections import deque
 from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import asynccontextmanager, suppress
 from dataclasses import dataclass, field
@@ -22,7 +24,7 @@ from anyio.abc import Process
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 from mcp.shared.message import SessionMessage
 
-from mcp_loop_guard.proxy.jsonlines import BadLine, encode, parse_line
+from mcp_loop_guard.proxy.jsonlines import BadLine, LineReader, Oversized, encode, parse_line, too_large
 
 logger = logging.getLogger(__name__)
 
@@ -34,6 +36,10 @@ class UpstreamStartError(Exception):
     """The upstream command could not be started at all."""
 
 
+STDERR_TAIL_LINES = 5
+"""How many of the child's last stderr lines an error message quotes."""
+
+
 @dataclass
 class ChildProcess:
     """An upstream child and the facts a user needs when it goes away."""
@@ -41,6 +47,7 @@ class ChildProcess:
     command: Sequence[str]
     process: Process
     exited: anyio.Event = field(default_factory=anyio.Event)
+    stderr_tail: deque[str] = field(default_factory=lambda: deque(maxlen=STDERR_TAIL_LINES))
 
     @property
     def label(self) -> str:
@@ -58,10 +65,15 @@ class ChildProcess:
         if code is None:
             return "closed its stdout"
         if code < 0:
-            with suppress(ValueError):
-                return f"was killed by {signal.Signals(-code).name}"
-            return f"was killed by signal {-code}"
-        return f"exited with status {code}"
+            try:
+                how = f"was killed by {signal.Signals(-code).name}"
+            except ValueError:
+                how = f"was killed by signal {-code}"
+        else:
+            how = f"exited with status {code}"
+        if self.stderr_tail:
+            how += "; its last stderr lines: " + " | ".join(self.stderr_tail)
+        return how
 
 
 async def _watch_exit(child: ChildProcess) -> None:
@@ -102,12 +114,80 @@ async def stop_child(child: ChildProcess) -> None:
             await child.exited.wait()
 
 
+_PIPE_ERRORS = (anyio.EndOfStream, anyio.ClosedResourceError, anyio.BrokenResourceError, OSError)
+
+
+class _Pumps:
+    """Move bytes between the child's pipes and the session's streams."""
+
+    def __init__(self, child: ChildProcess, max_bytes: int) -> None:
+        self.child = child
+        self.max_bytes = max_bytes
+        self.bad_lines = 0
+
+    async def deliver(self, line: bytes | Oversized, send: MemoryObjectSendStream[SessionMessage | Exception]) -> None:
+        if isinstance(line, Oversized):
+            logger.warning(
+                "upstream `%s` sent a %d-byte message (limit %d); not relayed",
+                self.child.label,
+                line.size,
+                self.max_bytes,
+            )
+            if line.request_id is not None:
+                # Answer the request it was for, so the caller gets an error instead of waiting forever.
+                await send.send(too_large(line, self.max_bytes))
+            return
+        parsed = parse_line(line)
+        if isinstance(parsed, BadLine):
+            self.bad_lines += 1
+            if self.bad_lines == 1:
+                logger.warning(
+                    "upstream `%s` wrote a line to stdout that is not JSON-RPC (%s); ignoring it and any further ones",
+                    self.child.label,
+                    parsed.problem,
+                )
+        elif parsed is not None:
+            await send.send(parsed)
+
+    async def stdout(self, send: MemoryObjectSendStream[SessionMessage | Exception]) -> None:
+        assert self.child.process.stdout is not None
+        lines = LineReader(self.max_bytes)
+        async with send:
+            with suppress(*_PIPE_ERRORS):
+                async for chunk in self.child.process.stdout:
+                    for line in lines.feed(chunk):
+                        await self.deliver(line, send)
+
+    async def stderr(self) -> None:
+        assert self.child.process.stderr is not None
+        lines = LineReader(4096)
+        with suppress(*_PIPE_ERRORS):
+            async for chunk in self.child.process.stderr:
+                sys.stderr.buffer.write(chunk)
+                sys.stderr.buffer.flush()
+                for line in lines.feed(chunk):
+                    if isinstance(line, bytes) and line.strip():
+                        self.child.stderr_tail.append(line.decode(errors="replace").strip()[:300])
+
+    async def stdin(self, receive: MemoryObjectReceiveStream[SessionMessage]) -> None:
+        assert self.child.process.stdin is not None
+        async with receive:
+            try:
+                async for message in receive:
+                    await self.child.process.stdin.send(encode(message))
+            except _PIPE_ERRORS:
+                logger.debug("upstream stdin closed")
+                async for _ in receive:  # drain so senders never block on a dead child
+                    pass
+
+
 @asynccontextmanager
 async def open_child(
     command: Sequence[str],
     *,
     env: Mapping[str, str] | None = None,
     cwd: str | None = None,
+    max_bytes: int = 64 * 1024 * 1024,
 ) -> AsyncIterator[
     tuple[ChildProcess, MemoryObjectReceiveStream[SessionMessage | Exception], MemoryObjectSendStream[SessionMessage]]
 ]:
@@ -116,61 +196,27 @@ async def open_child(
     The read stream ends when the child closes its stdout (usually because it
     died), which makes every pending request fail at once instead of hanging.
     """
-    full_env = {**os.environ, **(env or {})}
     try:
         process = await anyio.open_process(
             list(command),
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
-            stderr=None,  # the child's stderr is ours: its logs reach the user unchanged
-            env=full_env,
+            stderr=subprocess.PIPE,  # passed on unchanged, and its last lines kept for error messages
+            env={**os.environ, **(env or {})},
             cwd=cwd,
             start_new_session=True,
         )
     except OSError as exc:
         raise UpstreamStartError(f"cannot start upstream `{shlex.join(command)}`: {exc.strerror or exc}") from exc
     child = ChildProcess(tuple(command), process)
+    pumps = _Pumps(child, max_bytes)
     read_send, read_receive = anyio.create_memory_object_stream[SessionMessage | Exception](16)
     write_send, write_receive = anyio.create_memory_object_stream[SessionMessage](16)
-    bad_lines = 0
-
-    async def reader() -> None:
-        nonlocal bad_lines
-        assert process.stdout is not None
-        buffer = b""
-        async with read_send:
-            with suppress(anyio.EndOfStream, anyio.ClosedResourceError, anyio.BrokenResourceError, OSError):
-                async for chunk in process.stdout:
-                    *lines, buffer = (buffer + chunk).split(b"\n")
-                    for line in lines:
-                        parsed = parse_line(line)
-                        if isinstance(parsed, BadLine):
-                            bad_lines += 1
-                            if bad_lines == 1:
-                                logger.warning(
-                                    "upstream `%s` wrote a line to stdout that is not JSON-RPC (%s); "
-                                    "ignoring it and any further ones",
-                                    child.label,
-                                    parsed.problem,
-                                )
-                        elif parsed is not None:
-                            await read_send.send(parsed)
-
-    async def writer() -> None:
-        assert process.stdin is not None
-        async with write_receive:
-            try:
-                async for message in write_receive:
-                    await process.stdin.send(encode(message))
-            except (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError):
-                logger.debug("upstream stdin closed")
-                async for _ in write_receive:  # drain so senders never block on a dead child
-                    pass
-
     async with anyio.create_task_group() as tg:
         tg.start_soon(_watch_exit, child)
-        tg.start_soon(reader)
-        tg.start_soon(writer)
+        tg.start_soon(pumps.stdout, read_send)
+        tg.start_soon(pumps.stderr)
+        tg.start_soon(pumps.stdin, write_receive)
         try:
             yield child, read_receive, write_send
         finally:

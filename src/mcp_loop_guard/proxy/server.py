@@ -8,6 +8,7 @@ is an aggregate under the guard's own name (see :mod:`catalog`).
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TypeVar, cast
@@ -29,6 +30,7 @@ from mcp_loop_guard.core.model import Action, Verdict
 from mcp_loop_guard.core.policy import Policy
 from mcp_loop_guard.proxy import guard
 from mcp_loop_guard.proxy.aggregate import Aggregate, for_era
+from mcp_loop_guard.proxy.jsonlines import GUARD_FAULT
 from mcp_loop_guard.proxy.links import Link
 from mcp_loop_guard.proxy.pool import PROXY_INFO
 from mcp_loop_guard.proxy.upstream import REQUESTS, UpstreamGoneError
@@ -106,6 +108,11 @@ def strip_envelope(params: _P) -> _P:
     return params.model_copy(update={"meta": kept or None})
 
 
+def _clip(value: object, limit: int = 2000) -> str:
+    text = json.dumps(value, default=str, ensure_ascii=False)
+    return text if len(text) <= limit else f"{text[:limit]}... ({len(text)} characters)"
+
+
 def relayable(capabilities: types.ServerCapabilities) -> types.ServerCapabilities:
     """Capabilities minus the task methods, which the proxy does not relay."""
     return capabilities.model_copy(update={"tasks": None}, deep=True)
@@ -130,6 +137,8 @@ class GuardedProxy:
         self.on_abort = on_abort
         self.observe = observe
         self.downstream = downstream
+        self.log_contents = False
+        """Log arguments and results: unsafe, for debugging only (LOOP_GUARD_LOG_CONTENTS)."""
         self.aggregate = Aggregate(self)
         self.server = _SessionServer(self)
         self._connected = False
@@ -137,21 +146,41 @@ class GuardedProxy:
     # Plumbing shared by every relayed request.
 
     async def relay(self, ctx: Context, server: str, method: str, params: BaseModel | None) -> dict[str, Any]:
-        """Send one request to one upstream on behalf of the client, progress included."""
+        """Send one request to one upstream on behalf of the client, progress included.
+
+        With a call timeout, every progress notification from the upstream restarts the
+        clock; when it runs out the request is cancelled upstream (leaving the scope sends
+        ``notifications/cancelled``) and the client is told why.
+        """
+        link = self.links[server]
+        timeout = link.call_timeout
+        wants_progress = ctx.meta is not None and ctx.meta.get("progress_token") is not None
+        scope = anyio.CancelScope(deadline=anyio.current_time() + timeout if timeout else float("inf"))
+        session = ctx.session
         on_progress = None
-        if ctx.meta is not None and ctx.meta.get("progress_token") is not None:
-            session = ctx.session
+        if wants_progress or timeout:
 
             async def on_progress(progress: float, total: float | None, message: str | None) -> None:
-                await session.report_progress(progress, total, message)
+                if timeout:
+                    scope.deadline = anyio.current_time() + timeout
+                if wants_progress:
+                    await session.report_progress(progress, total, message)
 
         if params is not None:
             params = strip_envelope(params)
         try:
-            async with self.links[server].using() as upstream:
-                result = await upstream.request(method, params, on_progress)
+            with scope:
+                async with link.using() as upstream:
+                    result = await upstream.request(method, params, on_progress)
         except UpstreamGoneError as exc:
-            raise MCPError(types.INTERNAL_ERROR, str(exc)) from exc
+            raise MCPError(types.INTERNAL_ERROR, str(exc), data={GUARD_FAULT: "gone"}) from exc
+        if scope.cancelled_caught:
+            raise MCPError(
+                types.INTERNAL_ERROR,
+                f"upstream {server!r} sent no answer or progress for {method} within {timeout:g}s "
+                "(call timeout); the request was cancelled",
+                data={GUARD_FAULT: "timeout"},
+            )
         return for_era(ctx, result)
 
     async def connect_first(self, ctx: Context, call_next: CallNext) -> HandlerResult:
@@ -189,43 +218,52 @@ class GuardedProxy:
         server, upstream_name = route
         ticket, verdict = self.detector.begin(params.name, params.arguments, started)
         if verdict.action >= Action.BLOCK:
-            logger.warning(
-                "%s tool %r: identical call #%d, refusal %d in this window",
-                verdict.action.name.lower(),
-                verdict.tool,
-                verdict.streak,
-                verdict.blocks,
-            )
-            self._observe(server, params.name, verdict.action, started)
-            if verdict.action is Action.ABORT:
-                self.on_abort(ctx.request_id, verdict)
-            return for_era(ctx, guard.refused(verdict, self.policy))
+            return self._refuse(ctx, server, verdict, started)
         forwarded = params if upstream_name == params.name else params.model_copy(update={"name": upstream_name})
+        if self.log_contents:
+            logger.info("call %r arguments (LOOP_GUARD_LOG_CONTENTS): %s", params.name, _clip(params.arguments))
         try:
             result = await self.relay(ctx, server, "tools/call", forwarded)
-        except MCPError as exc:
+        except BaseException as exc:
             if ticket is not None:
                 self.detector.abandon(ticket, anyio.current_time())
+            if not isinstance(exc, MCPError):
+                raise
             self._observe(server, params.name, Action.ALLOW, started)
-            if exc.error.code == types.INTERNAL_ERROR and isinstance(exc.__cause__, UpstreamGoneError):
-                return for_era(ctx, guard.failed(exc.error.message))
-            raise
-        except BaseException:
-            if ticket is not None:
-                self.detector.abandon(ticket, anyio.current_time())
-            raise
+            if not (isinstance(exc.error.data, dict) and GUARD_FAULT in exc.error.data):
+                raise
+            # A failure the guard saw (upstream gone, timeout, oversized or malformed answer):
+            # the model gets a tool error it can act on, not a protocol error.
+            logger.warning("tools/call %r failed: %s", params.name, exc.error.message)
+            return for_era(ctx, guard.failed(exc.error.message))
         if ticket is None or result.get("resultType") == "input_required":
             # Not judged: an ignored tool, or an interim result the client will complete and retry.
             if ticket is not None:
                 self.detector.abandon(ticket, anyio.current_time())
             self._observe(server, params.name, Action.ALLOW, started)
             return result
+        if self.log_contents:
+            logger.info("result of %r (LOOP_GUARD_LOG_CONTENTS): %s", params.name, _clip(result.get("content")))
         verdict = self.detector.finish(ticket, result, anyio.current_time())
         self._observe(server, params.name, verdict.action, started)
         if verdict.action is Action.WARN:
             logger.info("warn tool %r: %d identical calls with unchanged results", verdict.tool, verdict.streak)
             return guard.warned(result, verdict, self.policy)
         return result
+
+    def _refuse(self, ctx: Context, server: str, verdict: Verdict, started: float) -> dict[str, Any]:
+        action = verdict.action.name.lower()
+        logger.warning(
+            "%s tool %r: identical call #%d, refusal %d in this window",
+            action,
+            verdict.tool,
+            verdict.streak,
+            verdict.blocks,
+        )
+        self._observe(server, verdict.tool, verdict.action, started)
+        if verdict.action is Action.ABORT:
+            self.on_abort(ctx.request_id, verdict)
+        return for_era(ctx, guard.refused(verdict, self.policy))
 
     def _observe(self, server: str, tool: str, action: Action, started: float) -> None:
         if self.observe is not None:

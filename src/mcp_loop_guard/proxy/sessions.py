@@ -31,6 +31,7 @@ class SessionFactory:
     policy: Policy
     server_policies: Mapping[str, Policy] = field(default_factory=dict)
     observe: CallObserver | None = None
+    log_contents: bool = False
     live: dict[int, GuardedProxy] = field(default_factory=dict)
     """Open sessions, for change notifications and the active-sessions gauge."""
     _ids: itertools.count[int] = field(default_factory=itertools.count)
@@ -65,6 +66,7 @@ class SessionFactory:
             policy_for = self.policy_for if self.server_policies else None
             detector = LoopDetector(self.policy, policy_for)
             proxy = GuardedProxy(links, detector, self.policy, on_abort, downstream, self.observe)
+            proxy.log_contents = self.log_contents
             self.live[key] = proxy
             stack.callback(self.live.pop, key, None)
             yield proxy

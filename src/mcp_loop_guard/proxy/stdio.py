@@ -25,7 +25,16 @@ import mcp_types as types
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 from mcp.shared.message import SessionMessage
 
-from mcp_loop_guard.proxy.jsonlines import BadLine, encode, parse_line, response_id
+from mcp_loop_guard.proxy.jsonlines import (
+    INVALID_REQUEST,
+    BadLine,
+    LineReader,
+    Oversized,
+    encode,
+    error_line,
+    parse_line,
+    response_id,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -106,65 +115,89 @@ async def _claimed_stdio() -> AsyncIterator[tuple[_Fd, _Fd]]:
                 os.close(fd)
 
 
+class _Wire:
+    """The two pumps between the descriptors and the channel's streams."""
+
+    def __init__(self, channel: StdioChannel, stdin: _Fd, stdout: _Fd, max_bytes: int) -> None:
+        self.channel = channel
+        self.stdin, self.stdout = stdin, stdout
+        self.max_bytes = max_bytes
+        self.in_flight: set[types.RequestId] = set()
+        # Error replies for bad lines come from the reader, so writes are serialized by a lock.
+        self.write_lock = anyio.Lock()
+
+    async def write(self, data: bytes) -> None:
+        async with self.write_lock:
+            await self.stdout.write(data)
+
+    async def reject(self, request_id: types.RequestId | None, message: str) -> None:
+        logger.warning("rejected a message from the client: %s", message)
+        await self.write(error_line(request_id, INVALID_REQUEST, f"Invalid Request: {message}"))
+
+    async def take(self, line: bytes | Oversized, send: MemoryObjectSendStream[SessionMessage | Exception]) -> None:
+        if isinstance(line, Oversized):
+            limit = f"{line.size} bytes is over the limit of {self.max_bytes} (LOOP_GUARD_MAX_MESSAGE_BYTES)"
+            await self.reject(line.request_id, f"message of {limit}")
+            return
+        parsed = parse_line(line)
+        if isinstance(parsed, BadLine):
+            logger.warning("rejected a line from the client: %s", parsed.problem)
+            if parsed.reply:
+                await self.write(parsed.reply)
+            return
+        if parsed is None:
+            return
+        message = parsed.message
+        if isinstance(message, types.JSONRPCRequest):
+            if message.id in self.in_flight:
+                await self.reject(message.id, "a request with this id is still in flight")
+                return
+            self.in_flight.add(message.id)
+        elif isinstance(message, types.JSONRPCNotification) and message.method == "notifications/cancelled":
+            self.in_flight.discard((message.params or {}).get("requestId"))  # no response will follow
+        await send.send(parsed)
+
+    async def read(self, send: MemoryObjectSendStream[SessionMessage | Exception]) -> None:
+        lines = LineReader(self.max_bytes)
+        async with send:
+            while chunk := await self.stdin.read():
+                for line in lines.feed(chunk):
+                    await self.take(line, send)
+            for line in lines.feed(b"\n"):
+                await self.take(line, send)
+
+    async def write_out(self, receive: MemoryObjectReceiveStream[SessionMessage]) -> None:
+        async with receive:
+            async for message in receive:
+                try:
+                    await self.write(encode(message))
+                except (BrokenPipeError, ConnectionResetError):
+                    logger.info("the client closed stdout; stopping")
+                    break
+                rid = response_id(message)
+                if rid is not None:
+                    self.in_flight.discard(rid)
+                    if rid in self.channel._close_after:
+                        break
+        self.channel.closed.set()
+
+
 @asynccontextmanager
-async def open_stdio_channel() -> AsyncIterator[StdioChannel]:
-    """Serve JSON-RPC lines on this process's stdin/stdout until the client closes stdin."""
+async def open_stdio_channel(max_bytes: int = 64 * 1024 * 1024) -> AsyncIterator[StdioChannel]:
+    """Serve JSON-RPC lines on this process's stdin/stdout until the client closes stdin.
+
+    Lines over ``max_bytes`` and requests reusing an id still in flight are answered
+    with -32600 here and never reach the server.
+    """
     read_send, read_receive = anyio.create_memory_object_stream[SessionMessage | Exception](16)
     write_send, write_receive = anyio.create_memory_object_stream[SessionMessage](16)
     channel = StdioChannel(read_receive, write_send)
-    # Error replies for bad lines come from the reader task, so writes are serialized by a lock.
-    write_lock = anyio.Lock()
-
-    async with _claimed_stdio() as (stdin, stdout):
-
-        async def write(data: bytes) -> None:
-            async with write_lock:
-                await stdout.write(data)
-
-        async def reader() -> None:
-            buffer = b""
-            async with read_send:
-                while True:
-                    chunk = await stdin.read()
-                    if not chunk:
-                        break
-                    *lines, buffer = (buffer + chunk).split(b"\n")
-                    for line in lines:
-                        parsed = parse_line(line)
-                        if isinstance(parsed, BadLine):
-                            logger.warning("rejected a line from the client: %s", parsed.problem)
-                            if parsed.reply:
-                                await write(parsed.reply)
-                        elif parsed is not None:
-                            await read_send.send(parsed)
-                if buffer.strip() and (parsed := parse_line(buffer)) is not None:
-                    if isinstance(parsed, BadLine):
-                        logger.warning("rejected a line from the client: %s", parsed.problem)
-                    else:
-                        await read_send.send(parsed)
-
-        async def writer() -> None:
-            async with write_receive:
-                async for message in write_receive:
-                    try:
-                        await write(encode(message))
-                    except (BrokenPipeError, ConnectionResetError):
-                        logger.info("the client closed stdout; stopping")
-                        break
-                    rid = response_id(message)
-                    if rid is not None and rid in channel._close_after:
-                        break
-            channel.closed.set()
-
-        async with anyio.create_task_group() as tg:
-
-            async def read_until_eof() -> None:
-                await reader()
-                # The serving loop sees EOF; it closes write_send when done, which ends the writer.
-
-            tg.start_soon(read_until_eof)
-            tg.start_soon(writer)
-            try:
-                yield channel
-            finally:
-                tg.cancel_scope.cancel()
+    async with _claimed_stdio() as (stdin, stdout), anyio.create_task_group() as tg:
+        wire = _Wire(channel, stdin, stdout, max_bytes)
+        # The serving loop sees EOF from read(); it closes write_send when done, which ends write_out().
+        tg.start_soon(wire.read, read_send)
+        tg.start_soon(wire.write_out, write_receive)
+        try:
+            yield channel
+        finally:
+            tg.cancel_scope.cancel()

@@ -29,6 +29,7 @@ from mcp.shared.exceptions import MCPError
 from mcp.shared.message import SessionMessage
 from pydantic import BaseModel, TypeAdapter, ValidationError
 
+from mcp_loop_guard.proxy.jsonlines import GUARD_FAULT
 from mcp_loop_guard.proxy.process import ChildProcess, open_child
 
 logger = logging.getLogger(__name__)
@@ -98,6 +99,7 @@ class Upstream:
         self.child = child
         self._label = label or name
         self._gone: str | None = None
+        self._unreadable = 0
         self._gone_event = anyio.Event()
         self._session = _MirrorSession(
             read,
@@ -200,7 +202,8 @@ class Upstream:
                 raise UpstreamGoneError(reason) from exc
             raise
         except ValidationError as exc:
-            raise MCPError(types.INTERNAL_ERROR, f"upstream {self.label} sent an invalid result") from exc
+            message = f"upstream {self.label} sent a result of the wrong shape for the request"
+            raise MCPError(types.INTERNAL_ERROR, message, data={GUARD_FAULT: "invalid-result"}) from exc
 
     async def _wait_reason(self) -> str:
         """The exit status arrives a moment after stdout closes: wait briefly for it."""
@@ -241,7 +244,13 @@ class Upstream:
 
     async def on_message(self, message: IncomingMessage) -> None:
         if isinstance(message, Exception):
-            logger.warning("upstream %s sent something unreadable: %s", self.label, type(message).__name__)
+            self._unreadable += 1
+            if self._unreadable == 1:
+                logger.warning(
+                    "upstream %s sent something unreadable (%s); further ones are not logged",
+                    self.label,
+                    type(message).__name__,
+                )
             return
         if isinstance(message, types.ProgressNotification):
             return  # relayed per request through the progress callback, never twice
@@ -258,11 +267,16 @@ def _as_list(raw: Mapping[str, Any]) -> Sequence[Any]:
 
 @asynccontextmanager
 async def open_stdio_upstream(
-    name: str, command: Sequence[str], *, env: Mapping[str, str] | None = None, cwd: str | None = None
+    name: str,
+    command: Sequence[str],
+    *,
+    env: Mapping[str, str] | None = None,
+    cwd: str | None = None,
+    max_bytes: int = 64 * 1024 * 1024,
 ) -> AsyncIterator[Upstream]:
     """Start the upstream command; the MCP handshake waits for :meth:`Upstream.connect`."""
     async with AsyncExitStack() as stack:
-        child, read, write = await stack.enter_async_context(open_child(command, env=env, cwd=cwd))
+        child, read, write = await stack.enter_async_context(open_child(command, env=env, cwd=cwd, max_bytes=max_bytes))
         upstream = Upstream(name, read, write, child=child)
         await stack.enter_async_context(upstream._session)
         yield upstream
