@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import logging
 from collections.abc import AsyncIterator
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
@@ -10,12 +11,18 @@ from typing import Protocol
 import anyio
 import anyio.abc
 import mcp_types as types
+from mcp.shared.exceptions import MCPError
 
+from mcp_loop_guard.core.fingerprint import canonical_json
 from mcp_loop_guard.proxy.pool import Backoff, Slot, open_upstream
 from mcp_loop_guard.proxy.process import UpstreamStartError
 from mcp_loop_guard.proxy.upstream import Downstream, Upstream, UpstreamGoneError
 
 logger = logging.getLogger(__name__)
+
+
+def _digest(value: object) -> str:
+    return hashlib.sha256(canonical_json(value)).hexdigest()
 
 
 class Link(Protocol):
@@ -39,6 +46,10 @@ class Link(Protocol):
 
     def using(self) -> AbstractAsyncContextManager[Upstream]:
         """Context manager yielding the connection for one request."""
+        ...
+
+    def note_tools(self, tools: object) -> None:
+        """Remember the tool list the client was given, to tell it when a restart changes it."""
         ...
 
 
@@ -70,6 +81,9 @@ class SharedLink:
         async with self._slot.router.calling(self._key):
             yield upstream
 
+    def note_tools(self, tools: object) -> None:
+        return None
+
     def close(self) -> None:
         self._slot.router.detach(self._key)
 
@@ -99,6 +113,7 @@ class OwnLink:
         self._failures = 0
         self._retry_at = 0.0
         self._last_error = ""
+        self._tools_digest: str | None = None
 
     @property
     def identity(self) -> types.InitializeResult | None:
@@ -161,8 +176,24 @@ class OwnLink:
             assert upstream is not None
         if upstream.initialize_result is None and self._client is not None:
             await upstream.connect(*self._client)
+            if self._failures and self._tools_digest is not None:
+                self._tg.start_soon(self._recheck_tools, upstream)
             self._failures = 0
         return upstream
+
+    def note_tools(self, tools: object) -> None:
+        self._tools_digest = _digest(tools)
+
+    async def _recheck_tools(self, upstream: Upstream) -> None:
+        """After a restart: tell the client if the tool list is not the one it has."""
+        try:
+            listed = await upstream.request("tools/list", None)
+        except (MCPError, UpstreamGoneError) as exc:
+            logger.debug("could not list tools of %r after its restart: %s", self.name, exc)
+            return
+        if _digest(listed.get("tools")) != self._tools_digest:
+            logger.info("upstream %r has other tools after its restart; telling the client", self.name)
+            await self._downstream.notify(types.ToolListChangedNotification())
 
     @asynccontextmanager
     async def using(self) -> AsyncIterator[Upstream]:

@@ -14,6 +14,7 @@ Two ways to reach an upstream, decided per server:
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import random
 from collections.abc import AsyncIterator, Callable
@@ -29,6 +30,7 @@ from pydantic import BaseModel
 
 from mcp_loop_guard import __version__
 from mcp_loop_guard.config import HttpServer, ServerSpec, StdioServer
+from mcp_loop_guard.core.fingerprint import canonical_json
 from mcp_loop_guard.proxy.process import UpstreamStartError
 from mcp_loop_guard.proxy.upstream import (
     Downstream,
@@ -163,21 +165,35 @@ class Slot:
         self.router = SharedRouter(spec.name)
         self.restarts = 0
         self._backoff = backoff or Backoff()
-        self._listeners: list[Callable[[Slot], None]] = []
+        self._listeners: list[Callable[[Slot, bool], None]] = []
+        self._tools_digest: str | None = None
         self._ready = anyio.Event()
 
-    def on_change(self, listener: Callable[[Slot], None]) -> None:
-        """Call ``listener`` whenever the slot goes up or down."""
+    def on_change(self, listener: Callable[[Slot, bool], None]) -> None:
+        """Call ``listener(slot, tools_changed)`` when the slot goes up or down, or comes back with other tools."""
         self._listeners.append(listener)
 
-    def _set(self, status: Status, detail: str) -> None:
+    def _set(self, status: Status, detail: str, *, tools_changed: bool = False) -> None:
         changed = status != self.status
         self.status, self.detail = status, detail
         if status == "ready":
             self._ready.set()
-        if changed:
+        if changed or tools_changed:
             for listener in list(self._listeners):
-                listener(self)
+                listener(self, tools_changed)
+
+    async def _tools_changed(self, upstream: Upstream) -> bool:
+        """Whether a (re)connected upstream lists other tools than last time."""
+        identity = upstream.initialize_result
+        if identity is None or identity.capabilities.tools is None:
+            return False
+        try:
+            listed = await upstream.request("tools/list", None)
+        except _FAILURES:
+            return False
+        digest = hashlib.sha256(canonical_json(listed.get("tools"))).hexdigest()
+        previous, self._tools_digest = self._tools_digest, digest
+        return previous is not None and previous != digest
 
     async def wait_settled(self, limit: float) -> None:
         """Wait until the first connection attempt has succeeded or failed."""
@@ -200,7 +216,7 @@ class Slot:
                     self.identity = upstream.initialize_result
                     self.connection = upstream
                     attempt = 0
-                    self._set("ready", "connected")
+                    self._set("ready", "connected", tools_changed=await self._tools_changed(upstream))
                     reason = await self._watch(upstream)
             except _FAILURES as exc:
                 reason = str(exc) or type(exc).__name__

@@ -181,6 +181,8 @@ class GuardedProxy:
                 "(call timeout); the request was cancelled",
                 data={GUARD_FAULT: "timeout"},
             )
+        if method == "tools/list" and getattr(params, "cursor", None) is None:
+            link.note_tools(result.get("tools"))
         return for_era(ctx, result)
 
     async def connect_first(self, ctx: Context, call_next: CallNext) -> HandlerResult:

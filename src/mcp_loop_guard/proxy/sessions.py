@@ -71,11 +71,11 @@ class SessionFactory:
             stack.callback(self.live.pop, key, None)
             yield proxy
 
-    def on_slot_change(self, tg: anyio.abc.TaskGroup) -> Callable[[Slot], None]:
-        """A slot listener telling every session its lists changed (a server went away or came back)."""
+    def on_slot_change(self, tg: anyio.abc.TaskGroup) -> Callable[[Slot, bool], None]:
+        """A slot listener telling every session its lists changed (a server went or came, or has other tools)."""
 
-        def changed(slot: Slot) -> None:
-            if len(self.slots) == 1:
+        def changed(slot: Slot, tools_changed: bool) -> None:
+            if len(self.slots) == 1 and not tools_changed:
                 return
             logger.info(
                 "upstream %r is %s; telling %d session(s) the lists changed", slot.name, slot.status, len(self.live)
