@@ -23,11 +23,15 @@ from uuid import uuid4
 import anyio
 import anyio.abc
 import uvicorn
+
+# The SDK's single-exchange entry for 2026-07-28 requests; its manager is the only public caller.
+from mcp.server._streamable_http_modern import handle_modern_request
 from mcp.server.connection import Connection
 from mcp.server.runner import serve_connection, serve_dual_era_loop, serve_loop
 from mcp.server.sse import SseServerTransport
 from mcp.server.streamable_http import MCP_SESSION_ID_HEADER, StreamableHTTPServerTransport
 from mcp.server.transport_security import TransportSecuritySettings
+from mcp.shared.inbound import MCP_PROTOCOL_VERSION_HEADER
 from mcp.shared.jsonrpc_dispatcher import JSONRPCDispatcher
 from mcp.shared.transport_context import TransportContext
 from mcp_types import DEFAULT_NEGOTIATED_VERSION
@@ -52,9 +56,6 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-MCP_PROTOCOL_VERSION_HEADER = "mcp-protocol-version"
-_modern = __import__("mcp.server._streamable_http_modern", fromlist=["handle_modern_request"])
-handle_modern_request = _modern.handle_modern_request
 
 START_TIMEOUT = 30.0
 """How long start-up waits for every upstream's first connection attempt."""
