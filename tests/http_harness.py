@@ -1,0 +1,463 @@
+"""Helpers for running the guard as an HTTP server and driving it with the SDK's HTTP clients.
+
+The guard and its upstream servers run as real processes on free local ports; the
+clients are the SDK's streamable HTTP and SSE clients, or plain HTTP requests where a
+test checks the HTTP layer itself (status codes, headers).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from contextlib import AbstractAsyncContextManager, AsyncExitStack, asynccontextmanager, suppress
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal, TypeVar
+
+import anyio
+import anyio.abc
+import httpx2
+import psutil
+from mcp import ClientSession, types
+from mcp.client.sse import sse_client
+from mcp.client.streamable_http import streamable_http_client
+from prometheus_client.parser import text_string_to_metric_families
+
+from tests.harness import BIN_DIR, NODE_DIR, Callbacks, describe, server_environment
+
+EVERYTHING_BIN = NODE_DIR / "node_modules" / ".bin" / "mcp-server-everything"
+TIME_BIN = BIN_DIR / "mcp-server-time"
+LOCALHOST = "127.0.0.1"
+KEY_HEADER = "X-Loop-Guard-Key"
+"""The documented default header that keys the loop state of requests without an MCP session."""
+SESSION_HEADER = "mcp-session-id"
+HANDSHAKE_VERSION = "2025-11-25"
+MODERN_VERSION = "2026-07-28"
+
+START_LIMIT = 30.0
+"""Seconds a server may take to answer its first HTTP request."""
+STOP_LIMIT = 10.0
+"""Seconds a server may take to exit after SIGTERM before its process group is killed."""
+CLIENT_TIMEOUT = httpx2.Timeout(30, read=300)
+"""The SDK's default for MCP clients: a long read, since a response stream may stay open."""
+POLL_INTERVAL = 0.05
+"""Seconds between two looks at an effect that sends no message (a status page, a port)."""
+
+Transport = Literal["http", "sse"]
+T = TypeVar("T")
+Launch = Callable[[int], tuple[Sequence[str], Mapping[str, str]]]
+"""Given a port: the argv and the extra environment of a server listening on it."""
+
+
+def free_port() -> int:
+    """A TCP port on the loopback interface that nothing listens on right now."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.bind((LOCALHOST, 0))
+        port: int = probe.getsockname()[1]
+        return port
+
+
+# --- config files ----------------------------------------------------------------------------
+
+
+def write_config(
+    path: Path, servers: Mapping[str, Mapping[str, Any]], loop_guard: Mapping[str, Any] | None = None
+) -> Path:
+    """Writes an mcpServers config file (with an optional loopGuard section) and returns its path."""
+    document: dict[str, Any] = {"mcpServers": dict(servers)}
+    if loop_guard is not None:
+        document["loopGuard"] = dict(loop_guard)
+    path.write_text(json.dumps(document, indent=2), encoding="utf-8")
+    return path
+
+
+def time_entry() -> dict[str, Any]:
+    """The config entry of mcp-server-time over stdio."""
+    return {"command": str(TIME_BIN), "args": ["--local-timezone", "UTC"]}
+
+
+def everything_stdio_entry() -> dict[str, Any]:
+    """The config entry of server-everything over stdio."""
+    return {"command": str(EVERYTHING_BIN), "args": ["stdio"]}
+
+
+def everything_http_entry(url: str) -> dict[str, Any]:
+    """The config entry of a server-everything reached over streamable HTTP."""
+    return {"type": "streamable-http", "url": url}
+
+
+# --- processes -------------------------------------------------------------------------------
+
+
+@dataclass
+class ServerProcess:
+    """A server the test started, listening on a local port, with its output in a file."""
+
+    process: anyio.abc.Process
+    port: int
+    stderr: Path
+    marker: str
+
+    @property
+    def base_url(self) -> str:
+        """``http://127.0.0.1:<port>``."""
+        return f"http://{LOCALHOST}:{self.port}"
+
+    def url(self, path: str) -> str:
+        """The URL of one path on this server."""
+        return self.base_url + path
+
+    @property
+    def mcp_url(self) -> str:
+        """The streamable HTTP endpoint."""
+        return self.url("/mcp")
+
+    def stderr_text(self) -> str:
+        """What the process (and the children sharing its stderr) wrote so far."""
+        return self.stderr.read_text(encoding="utf-8", errors="replace") if self.stderr.exists() else ""
+
+    def descendants(self) -> list[psutil.Process]:
+        """Every live process below this one (zombies are dead)."""
+        try:
+            found = psutil.Process(self.process.pid).children(recursive=True)
+        except psutil.NoSuchProcess:
+            return []
+        return [child for child in found if running(child)]
+
+    def child(self, name: str) -> psutil.Process:
+        """The one live descendant whose command line mentions name (an executable or a script)."""
+        matches: list[psutil.Process] = []
+        for process in self.descendants():
+            with suppress(psutil.Error):
+                if any(name in part for part in process.cmdline()):
+                    matches.append(process)
+        assert len(matches) == 1, f"{name!r} among {describe(self.descendants())}"
+        return matches[0]
+
+
+class PortTakenError(Exception):
+    """The server could not bind its port: another process took it between the check and the bind."""
+
+
+async def _wait_answering(server: ServerProcess, path: str, accept: Callable[[int], bool]) -> None:
+    """Polls path until the server answers with an accepted status; fails at once if the process exits."""
+    url = server.url(path)
+    async with httpx2.AsyncClient(timeout=2) as client:
+        with anyio.fail_after(START_LIMIT):
+            while True:
+                if server.process.returncode is not None:
+                    text = server.stderr_text()
+                    if "address already in use" in text.lower():
+                        raise PortTakenError(text)
+                    msg = f"exited with status {server.process.returncode} before serving:\n{text}"
+                    raise AssertionError(msg)
+                with suppress(httpx2.TransportError):
+                    response = await client.get(url)
+                    if accept(response.status_code):
+                        return
+                await anyio.sleep(POLL_INTERVAL)
+
+
+async def stop_server(server: ServerProcess) -> None:
+    """SIGTERM, then SIGKILL to the whole process group; waits until every descendant is gone.
+
+    Children still running once the server has exited get SIGTERM, then SIGKILL: whether
+    the guard itself stops its upstreams is checked by a test of its own.
+    """
+    with anyio.CancelScope(shield=True):
+        family = server.descendants()
+        process = server.process
+        if process.returncode is None:
+            with suppress(ProcessLookupError):
+                process.terminate()
+            with anyio.move_on_after(STOP_LIMIT):
+                await process.wait()
+        if process.returncode is None:
+            with suppress(ProcessLookupError):
+                os.killpg(process.pid, signal.SIGKILL)
+            with anyio.move_on_after(5):
+                await process.wait()
+        for how in (signal.SIGTERM, signal.SIGKILL):
+            for survivor in family:
+                with suppress(psutil.Error):
+                    survivor.send_signal(how)
+            family = await wait_gone(family, 3)
+        await process.aclose()
+
+
+def running(process: psutil.Process) -> bool:
+    """Whether the process still runs: a zombie has ended, whoever is to reap it."""
+    try:
+        return process.status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
+async def wait_gone(processes: Sequence[psutil.Process], within: float) -> list[psutil.Process]:
+    """Waits up to ``within`` seconds for the processes to end; returns those still running."""
+    with anyio.move_on_after(within):
+        while any(running(process) for process in processes):  # noqa: ASYNC110 - no event for another's child
+            await anyio.sleep(POLL_INTERVAL)
+    return [process for process in processes if running(process)]
+
+
+@asynccontextmanager
+async def run_server(
+    launch: Launch,
+    *,
+    marker: str,
+    stderr: Path,
+    ready_path: str = "/healthz",
+    accept: Callable[[int], bool] = lambda status: status == 200,
+    attempts: int = 3,
+) -> AsyncIterator[ServerProcess]:
+    """Starts a server on a free port and waits until it answers; stops it and its children on exit.
+
+    The port is picked just before the start, so another process may take it first: the
+    server is then started again on another port, up to ``attempts`` times.
+    """
+    for attempt in range(1, attempts + 1):
+        port = free_port()
+        argv, env = launch(port)
+        with stderr.open("a", encoding="utf-8") as errlog:
+            process = await anyio.open_process(
+                list(argv),
+                stdin=subprocess.DEVNULL,
+                stdout=errlog,
+                stderr=errlog,
+                env=server_environment(marker, env),
+                start_new_session=True,
+            )
+        server = ServerProcess(process=process, port=port, stderr=stderr, marker=marker)
+        try:
+            await _wait_answering(server, ready_path, accept)
+        except PortTakenError:
+            await stop_server(server)
+            if attempt == attempts:
+                raise
+            continue
+        except BaseException:
+            await stop_server(server)
+            raise
+        try:
+            yield server
+        finally:
+            await stop_server(server)
+        return
+
+
+def guard_http_argv(port: int, args: Sequence[str], transport: Transport = "http") -> list[str]:
+    """``python -m mcp_loop_guard --transport T --host 127.0.0.1 --port P *args``."""
+    base = [sys.executable, "-m", "mcp_loop_guard", "--transport", transport, "--host", LOCALHOST, "--port", str(port)]
+    return [*base, *args]
+
+
+def serve_guard(
+    args: Sequence[str],
+    *,
+    marker: str,
+    stderr: Path,
+    env: Mapping[str, str] | None = None,
+    transport: Transport = "http",
+) -> AbstractAsyncContextManager[ServerProcess]:
+    """Runs the guard over HTTP in front of the given upstreams (``--config F``, ``-- CMD ...``)."""
+    return run_server(
+        lambda port: (guard_http_argv(port, args, transport), dict(env or {})),
+        marker=marker,
+        stderr=stderr,
+    )
+
+
+def serve_everything_http(*, marker: str, stderr: Path) -> AbstractAsyncContextManager[ServerProcess]:
+    """Runs server-everything in its streamable HTTP mode (port from ``PORT``, endpoint ``/mcp``)."""
+    return run_server(
+        lambda port: ([str(EVERYTHING_BIN), "streamableHttp"], {"PORT": str(port)}),
+        marker=marker,
+        stderr=stderr,
+        ready_path="/mcp",
+        accept=lambda status: True,
+    )
+
+
+# --- plain HTTP ------------------------------------------------------------------------------
+
+
+def initialize_body(client_name: str = "mcp-loop-guard-e2e") -> dict[str, Any]:
+    """A JSON-RPC initialize request of the 2025-11-25 handshake."""
+    return {
+        "jsonrpc": "2.0",
+        "id": 1,
+        "method": "initialize",
+        "params": {
+            "protocolVersion": HANDSHAKE_VERSION,
+            "capabilities": {},
+            "clientInfo": {"name": client_name, "version": "0"},
+        },
+    }
+
+
+def tool_call_body(name: str, arguments: Mapping[str, Any], request_id: int = 1) -> dict[str, Any]:
+    """A JSON-RPC tools/call request."""
+    return {
+        "jsonrpc": "2.0",
+        "id": request_id,
+        "method": "tools/call",
+        "params": {"name": name, "arguments": dict(arguments)},
+    }
+
+
+MCP_POST_HEADERS = {"Accept": "application/json, text/event-stream", "Content-Type": "application/json"}
+"""What a streamable HTTP client sends with every POST."""
+
+
+async def http_get(url: str, headers: Mapping[str, str] | None = None) -> httpx2.Response:
+    """One GET, read in full."""
+    async with httpx2.AsyncClient(timeout=10) as client:
+        return await client.get(url, headers=dict(headers or {}))
+
+
+async def http_post(url: str, body: object, headers: Mapping[str, str] | None = None) -> httpx2.Response:
+    """One POST of a JSON-RPC message to a streamable HTTP endpoint, read in full."""
+    async with httpx2.AsyncClient(timeout=10) as client:
+        return await client.post(url, content=json.dumps(body), headers=MCP_POST_HEADERS | dict(headers or {}))
+
+
+def jsonrpc_payloads(response: httpx2.Response) -> list[dict[str, Any]]:
+    """The JSON-RPC messages in a response, whether sent as JSON or as server-sent events."""
+    if response.headers.get("content-type", "").startswith("text/event-stream"):
+        return [
+            json.loads(line.removeprefix("data:").strip())
+            for line in response.text.splitlines()
+            if line.startswith("data:") and line.removeprefix("data:").strip()
+        ]
+    payload = response.json()
+    return payload if isinstance(payload, list) else [payload]
+
+
+async def poll(probe: Callable[[], Awaitable[T]], done: Callable[[T], bool], interval: float = POLL_INTERVAL) -> T:
+    """Runs probe until done accepts what it returns, and returns that; wrap in fail_after.
+
+    For state another process exposes only when asked (a status page), with no event to wait on.
+    """
+    while not done(found := await probe()):  # noqa: ASYNC110 - asking is the only way to know
+        await anyio.sleep(interval)
+    return found
+
+
+# --- metrics ---------------------------------------------------------------------------------
+
+
+def metric_value(text: str, sample: str, **labels: str) -> float:
+    """The sum of the samples called ``sample`` whose labels include ``labels``; 0 when none."""
+    total = 0.0
+    for family in text_string_to_metric_families(text):
+        for found in family.samples:
+            if found.name == sample and all(found.labels.get(key) == value for key, value in labels.items()):
+                total += found.value
+    return total
+
+
+# --- MCP sessions ----------------------------------------------------------------------------
+
+
+def mcp_http_client(headers: Mapping[str, str] | None = None) -> httpx2.AsyncClient:
+    """An HTTP client for the SDK's streamable HTTP transport, sending headers with every request."""
+    return httpx2.AsyncClient(headers=dict(headers or {}), timeout=CLIENT_TIMEOUT)
+
+
+@dataclass
+class HttpSession:
+    """An initialized client session over HTTP and the session ids the server handed out."""
+
+    session: ClientSession
+    initialize: types.InitializeResult
+    session_ids: list[str] = field(default_factory=list)
+
+    @property
+    def session_id(self) -> str:
+        """The ``Mcp-Session-Id`` the server gave this session."""
+        assert len(self.session_ids) == 1, self.session_ids
+        return self.session_ids[0]
+
+
+@asynccontextmanager
+async def open_http_session(
+    url: str, *, headers: Mapping[str, str] | None = None, callbacks: Callbacks | None = None
+) -> AsyncIterator[HttpSession]:
+    """An initialized session with the SDK's streamable HTTP client; headers go on every request."""
+    ids: list[str] = []
+
+    async def record_session_id(response: httpx2.Response) -> None:
+        found = response.headers.get(SESSION_HEADER)
+        if found and found not in ids:
+            ids.append(found)
+
+    async with AsyncExitStack() as stack:
+        client = await stack.enter_async_context(mcp_http_client(headers))
+        client.event_hooks["response"].append(record_session_id)
+        read_stream, write_stream = await stack.enter_async_context(streamable_http_client(url, http_client=client))
+        session = await stack.enter_async_context((callbacks or Callbacks()).session(read_stream, write_stream))
+        with anyio.fail_after(20):
+            result = await session.initialize()
+        yield HttpSession(session=session, initialize=result, session_ids=ids)
+
+
+@asynccontextmanager
+async def open_sse_session(
+    url: str, *, headers: Mapping[str, str] | None = None, callbacks: Callbacks | None = None
+) -> AsyncIterator[HttpSession]:
+    """An initialized session with the SDK's legacy SSE client."""
+    async with AsyncExitStack() as stack:
+        read_stream, write_stream = await stack.enter_async_context(sse_client(url, headers=dict(headers or {})))
+        session = await stack.enter_async_context((callbacks or Callbacks()).session(read_stream, write_stream))
+        with anyio.fail_after(20):
+            result = await session.initialize()
+        yield HttpSession(session=session, initialize=result)
+
+
+def tool_names(result: types.ListToolsResult) -> set[str]:
+    """The names of the listed tools."""
+    return {tool.name for tool in result.tools}
+
+
+# --- one test's servers ----------------------------------------------------------------------
+
+
+class Rig:
+    """Starts one test's servers with their output in its directory, shown when the test fails."""
+
+    def __init__(self, directory: Path, marker: str) -> None:
+        self.directory = directory
+        self.marker = marker
+        self.logs: list[Path] = []
+
+    def log(self, label: str) -> Path:
+        """A new file for one process's output."""
+        path = self.directory / f"{len(self.logs)}-{label}.log"
+        self.logs.append(path)
+        return path
+
+    def config(self, servers: Mapping[str, Mapping[str, Any]], loop_guard: Mapping[str, Any] | None = None) -> Path:
+        """Writes a config file into the test's directory."""
+        return write_config(self.directory / f"mcp-{len(self.logs)}.json", servers, loop_guard)
+
+    def guard(
+        self, args: Sequence[str], *, env: Mapping[str, str] | None = None, transport: Transport = "http"
+    ) -> AbstractAsyncContextManager[ServerProcess]:
+        """The guard serving HTTP (or SSE) in front of the upstreams args name."""
+        return serve_guard(args, marker=self.marker, stderr=self.log("guard"), env=env, transport=transport)
+
+    def everything_http(self) -> AbstractAsyncContextManager[ServerProcess]:
+        """server-everything in its own streamable HTTP mode."""
+        return serve_everything_http(marker=self.marker, stderr=self.log("everything-http"))
+
+    def report(self) -> None:
+        """Copies every process's output into the test's captured output."""
+        for path in self.logs:
+            if path.exists() and (text := path.read_text(encoding="utf-8", errors="replace")):
+                print(f"--- {path.name} ---\n{text}", file=sys.stderr)
