@@ -1,0 +1,151 @@
+"""The Docker image's command, run here exactly as the image runs it, since no Docker engine is available.
+
+The Dockerfile's ENTRYPOINT and CMD are read from the file itself, so this test follows
+any change to them. Only what must differ outside a container is replaced: the
+``/config/mcp.json`` path (a copy of ``configs/mcp.json`` whose ``everything`` URL points
+at a server-everything started by the test) and the port (a free one).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+from collections.abc import Iterator, Mapping, Sequence
+from pathlib import Path
+
+import anyio
+import pytest
+
+from tests.harness import BIN_DIR, REPO_ROOT, texts
+from tests.http_harness import Rig, http_get, open_http_session, run_server, tool_names
+
+pytestmark = [pytest.mark.e2e, pytest.mark.anyio]
+
+DOCKERFILE = REPO_ROOT / "Dockerfile"
+IMAGE_CONFIG = "/config/mcp.json"
+IMAGE_PORT = "8080"
+
+
+@pytest.fixture
+def rig(tmp_path: Path, process_marker: str) -> Iterator[Rig]:
+    """The test's servers; their output is shown when it fails."""
+    rig = Rig(tmp_path, process_marker)
+    yield rig
+    rig.report()
+
+
+def instructions(dockerfile: Path) -> list[tuple[str, str]]:
+    """The (INSTRUCTION, arguments) pairs of the final stage, continuation lines joined."""
+    logical: list[str] = []
+    pending = ""
+    for raw in dockerfile.read_text(encoding="utf-8").splitlines():
+        line = raw.strip()
+        if not pending and (not line or line.startswith("#")):
+            continue
+        if line.endswith("\\"):
+            pending += line[:-1] + " "
+            continue
+        logical.append(pending + line)
+        pending = ""
+    pairs = [(line.split(None, 1)[0].upper(), line.split(None, 1)[1] if " " in line else "") for line in logical]
+    last_from = max(index for index, (name, _) in enumerate(pairs) if name == "FROM")
+    return pairs[last_from:]
+
+
+def exec_form(arguments: str) -> list[str]:
+    """The argv of an exec-form (JSON array) instruction."""
+    argv = json.loads(arguments)
+    assert isinstance(argv, list), arguments
+    assert all(isinstance(part, str) for part in argv), arguments
+    return [str(part) for part in argv]
+
+
+def image_command(dockerfile: Path) -> list[str]:
+    """ENTRYPOINT followed by CMD, both in exec form, as the image runs them."""
+    found = dict(instructions(dockerfile))
+    return exec_form(found["ENTRYPOINT"]) + exec_form(found["CMD"])
+
+
+def image_environment(dockerfile: Path) -> dict[str, str]:
+    """The variables the final stage sets with ENV KEY=VALUE."""
+    env: dict[str, str] = {}
+    for name, arguments in instructions(dockerfile):
+        if name == "ENV":
+            for key, value in re.findall(r"(\w+)=(\"[^\"]*\"|\S+)", arguments):
+                env[key] = value.strip('"')
+    return env
+
+
+def healthcheck_command(dockerfile: Path) -> list[str]:
+    """The exec-form command of HEALTHCHECK."""
+    arguments = dict(instructions(dockerfile))["HEALTHCHECK"]
+    return exec_form(arguments[arguments.index("CMD") + len("CMD") :].strip())
+
+
+def localized(command: Sequence[str], config: Path, port: int) -> list[str]:
+    """The image's command with the config path and port of this machine; without tini when it is not installed."""
+    argv = list(command)
+    if argv[:2] == ["tini", "--"] and shutil.which("tini") is None:
+        argv = argv[2:]
+    assert IMAGE_CONFIG in argv, argv
+    argv[argv.index(IMAGE_CONFIG)] = str(config)
+    port_flag = argv.index("--port")
+    assert argv[port_flag + 1] == IMAGE_PORT, argv
+    argv[port_flag + 1] = str(port)
+    return argv
+
+
+def local_config(directory: Path, everything_url: str) -> Path:
+    """configs/mcp.json, copied with its everything server at the given URL."""
+    document = json.loads((REPO_ROOT / "configs" / "mcp.json").read_text(encoding="utf-8"))
+    servers: Mapping[str, dict[str, str]] = document["mcpServers"]
+    servers["everything"]["url"] = everything_url
+    target = directory / "config" / "mcp.json"
+    target.parent.mkdir()
+    target.write_text(json.dumps(document, indent=2), encoding="utf-8")
+    return target
+
+
+def test_dockerfile_command_shape() -> None:
+    """The image runs tini as PID 1, then the guard over HTTP on 0.0.0.0:8080 from /config/mcp.json."""
+    command = image_command(DOCKERFILE)
+    assert command[:3] == ["tini", "--", "mcp-loop-guard"], command
+    assert command[command.index("--transport") + 1] == "http"
+    assert command[command.index("--host") + 1] == "0.0.0.0"  # noqa: S104 - what the image must listen on
+    assert command[command.index("--port") + 1] == IMAGE_PORT
+    assert command[command.index("--config") + 1] == IMAGE_CONFIG
+
+
+async def test_image_command_serves(rig: Rig, tmp_path: Path) -> None:
+    """The image's command serves /healthz, /readyz and tools/list, and its HEALTHCHECK passes.
+
+    tini is left out when it is not installed on this machine (it only reaps and forwards
+    signals); everything after it is run unchanged, with the guard found on PATH.
+    """
+    command = image_command(DOCKERFILE)
+    env = image_environment(DOCKERFILE) | {"PATH": f"{BIN_DIR}{os.pathsep}{os.environ.get('PATH', '')}"}
+    async with rig.everything_http() as everything:
+        config = local_config(tmp_path, everything.mcp_url)
+        async with run_server(
+            lambda port: (localized(command, config, port), env), marker=rig.marker, stderr=rig.log("image")
+        ) as guard:
+            with anyio.fail_after(15):
+                health = await http_get(guard.url("/healthz"))
+                ready = await http_get(guard.url("/readyz"))
+                async with open_http_session(guard.mcp_url) as client:
+                    listed = tool_names(await client.session.list_tools())
+                    now = await client.session.call_tool("time__get_current_time", {"timezone": "UTC"})
+            check = [part.replace(f":{IMAGE_PORT}/", f":{guard.port}/") for part in healthcheck_command(DOCKERFILE)]
+            if check[0] == "python":
+                check[0] = str(BIN_DIR / "python")
+            probe = await anyio.run_process(check, check=False, stderr=subprocess.STDOUT)
+
+    assert health.status_code == 200, health.text
+    assert ready.status_code == 200, ready.text
+    assert set(ready.json()["upstreams"]) == {"time", "everything"}
+    assert {"time__get_current_time", "everything__echo"} <= listed
+    assert not now.is_error, texts(now)
+    assert probe.returncode == 0, probe.stdout.decode(errors="replace")
