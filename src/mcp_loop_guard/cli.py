@@ -20,6 +20,7 @@ import anyio
 from mcp_loop_guard import __version__
 from mcp_loop_guard.app import plan, serve_http, serve_stdio
 from mcp_loop_guard.config import ConfigError, load_config, stdio_command_config, url_config
+from mcp_loop_guard.proxy.process import relay_stderr_as_logs
 from mcp_loop_guard.settings import SettingsError, load_settings, setting_fields
 
 EXIT_USAGE = 2
@@ -82,6 +83,9 @@ class JsonFormatter(logging.Formatter):
             "logger": record.name,
             "message": record.getMessage(),
         }
+        upstream = getattr(record, "upstream", None)
+        if upstream is not None:
+            entry["upstream"] = upstream
         if record.exc_info:
             entry["exception"] = self.formatException(record.exc_info)
         return json.dumps(entry)
@@ -89,6 +93,7 @@ class JsonFormatter(logging.Formatter):
 
 def _configure_logging(level: str, log_format: str = "text") -> None:
     handler = logging.StreamHandler(sys.stderr)
+    relay_stderr_as_logs(log_format == "json")
     if log_format == "json":
         handler.setFormatter(JsonFormatter())
     else:

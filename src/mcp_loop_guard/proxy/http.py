@@ -14,9 +14,11 @@ from __future__ import annotations
 
 import json
 import logging
+import signal
 from collections.abc import AsyncIterator, Mapping
 from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass, field
+from types import FrameType
 from typing import TYPE_CHECKING, Any
 from uuid import uuid4
 
@@ -332,6 +334,16 @@ async def _check_names(slots: list[Slot]) -> None:
             names.add(slot.name, str(tool.get("name", "")), prefixed=True)
 
 
+class _Uvicorn(uvicorn.Server):
+    """uvicorn re-raises a caught SIGTERM or SIGINT once it stops serving, which would kill
+    the guard before it stops its upstreams' process groups; here the signal only stops serving."""
+
+    def handle_exit(self, sig: int, frame: FrameType | None) -> None:
+        if self.should_exit and sig == signal.SIGINT:
+            self.force_exit = True
+        self.should_exit = True
+
+
 def build_app(sessions: GuardSessions, slots: list[Slot], settings: Settings, metrics: Metrics) -> Starlette:
     """Routes: the MCP endpoint(s), health, readiness and metrics, behind auth and a body limit."""
 
@@ -397,7 +409,7 @@ async def run_http(plan: Plan) -> int:
             tg.cancel_scope.cancel()
             return 1
         app = build_app(sessions, slots, settings, metrics)
-        server = uvicorn.Server(
+        server = _Uvicorn(
             uvicorn.Config(
                 app, host=settings.host, port=settings.port, log_config=None, access_log=False, lifespan="off"
             )

@@ -27,6 +27,8 @@ from mcp.shared.message import SessionMessage
 from mcp_loop_guard.proxy.jsonlines import BadLine, LineReader, Oversized, encode, parse_line, too_large
 
 logger = logging.getLogger(__name__)
+upstream_logger = logging.getLogger("mcp_loop_guard.upstream")
+"""Carries upstreams' stderr lines when logs are JSON."""
 
 GRACE_SECONDS = 2.0
 """How long a child gets after stdin closes, and again after SIGTERM, before the next step."""
@@ -38,6 +40,14 @@ class UpstreamStartError(Exception):
 
 STDERR_TAIL_LINES = 5
 """How many of the child's last stderr lines an error message quotes."""
+
+_stderr_as_logs = False
+
+
+def relay_stderr_as_logs(enabled: bool) -> None:
+    """Relay upstreams' stderr lines as log records (JSON logs) instead of byte for byte."""
+    global _stderr_as_logs  # noqa: PLW0603 - one process-wide output format, set once at start
+    _stderr_as_logs = enabled
 
 
 @dataclass
@@ -163,11 +173,15 @@ class _Pumps:
         lines = LineReader(4096)
         with suppress(*_PIPE_ERRORS):
             async for chunk in self.child.process.stderr:
-                sys.stderr.buffer.write(chunk)
-                sys.stderr.buffer.flush()
+                if not _stderr_as_logs:
+                    sys.stderr.buffer.write(chunk)
+                    sys.stderr.buffer.flush()
                 for line in lines.feed(chunk):
                     if isinstance(line, bytes) and line.strip():
-                        self.child.stderr_tail.append(line.decode(errors="replace").strip()[:300])
+                        text = line.decode(errors="replace").rstrip()
+                        self.child.stderr_tail.append(text.strip()[:300])
+                        if _stderr_as_logs:
+                            upstream_logger.info("%s", text, extra={"upstream": self.child.label})
 
     async def stdin(self, receive: MemoryObjectReceiveStream[SessionMessage]) -> None:
         assert self.child.process.stdin is not None

@@ -160,11 +160,14 @@ class _Wire:
     async def read(self, send: MemoryObjectSendStream[SessionMessage | Exception]) -> None:
         lines = LineReader(self.max_bytes)
         async with send:
-            while chunk := await self.stdin.read():
-                for line in lines.feed(chunk):
+            try:
+                while chunk := await self.stdin.read():
+                    for line in lines.feed(chunk):
+                        await self.take(line, send)
+                for line in lines.feed(b"\n"):
                     await self.take(line, send)
-            for line in lines.feed(b"\n"):
-                await self.take(line, send)
+            except (anyio.BrokenResourceError, anyio.ClosedResourceError):
+                logger.debug("the session ended; no longer reading stdin")
 
     async def write_out(self, receive: MemoryObjectReceiveStream[SessionMessage]) -> None:
         async with receive:
