@@ -94,16 +94,19 @@ async def profile(
     upstream: Sequence[str],
     case: Case,
     *,
-    scratch: Path,
+    stats_file: Path,
     errlog: TextIO,
     advance: Callable[[int], None],
 ) -> dict[str, Any]:
     """Profile ``case.calls`` calls through ``build`` in front of ``upstream``, after ``case.warmup``.
 
+    The raw stats stay in ``stats_file`` (for ``python -m pstats`` or snakeviz).
+
     Raises:
         BenchmarkError: the guard did not write its stats.
     """
-    stats_file = scratch / f"guard-{case.tool}.pstats"
+    stats = anyio.Path(stats_file)
+    await stats.unlink(missing_ok=True)
     argv = [sys.executable, str(BENCH_DIR / "profiled_guard.py"), str(stats_file), "--", *upstream]
     via = Via(build.label, argv, build.env)
     async with connect(via, errlog) as connection:
@@ -117,9 +120,10 @@ async def profile(
             advance(1)
         os.kill(connection.process.pid, signal.SIGUSR2)
         with anyio.fail_after(30):
-            while not stats_file.exists():  # noqa: ASYNC110 - another process writes it; nothing to wait on
+            while not await stats.exists():  # noqa: ASYNC110 - another process writes it; nothing to wait on
                 await anyio.sleep(0.05)
     summary = summarize(stats_file, case.calls)
     summary["guard"] = build.label
     summary["case"] = case.name
+    summary["stats_file"] = str(stats_file)
     return summary

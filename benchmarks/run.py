@@ -83,7 +83,8 @@ class Run:
     peer_skips: dict[str, str | None]
     """Per peer: None when ready to run, else why it is skipped."""
     log: TextIO
-    scratch: Path
+    out: Path
+    """The JSON report's path; logs and profiles are written beside it."""
     progress: Progress
     rows: list[Row] = field(default_factory=list)
     profiles: list[dict[str, Any]] = field(default_factory=list)
@@ -258,9 +259,10 @@ async def _profile(run: Run, task: TaskID) -> None:
     ]
     for upstream, case, calls in profiled:
         shorter = replace(case, calls=calls, warmup=max(case.warmup // 5, 1))
+        stats_file = run.out.with_suffix(f".{case.tool}.pstats")
         run.profiles.append(
             await guard_profile.profile(
-                run.builds[0], upstream, shorter, scratch=run.scratch, errlog=run.log, advance=run.advancer(task)
+                run.builds[0], upstream, shorter, stats_file=stats_file, errlog=run.log, advance=run.advancer(task)
             )
         )
 
@@ -336,7 +338,7 @@ async def _run_all(run: Run, only: Sequence[str]) -> None:
         task = run.progress.add_task(name, total=total)
         try:
             await scenario(run, task)
-        # Any failure: recorded, the log gets the traceback, the exit status says so; the rest still run.
+        # Any failure is recorded, its traceback logged, the exit status set; the other scenarios still run.
         except Exception as exc:
             run.failures.append(f"{name}: {exc!r}")
             traceback.print_exc(file=run.log)
@@ -371,9 +373,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             TimeElapsedColumn(),
             console=console,
         )
-        run = Run(size, builds, skips, log, Path(scratch), progress)
+        run = Run(size, builds, skips, log, out, progress)
         with progress:
             anyio.run(_run_all, run, args.only or SCENARIOS)
+    meta["load_average_at_end"] = [round(x, 2) for x in os.getloadavg()]
     report = Report(meta, run.rows, profiles=run.profiles)
     report.checks = evaluate(report, builds[0].label)
     print_report(report, console)
