@@ -97,9 +97,17 @@ class OwnLink:
     """
 
     def __init__(
-        self, slot: Slot, downstream: Downstream, tg: anyio.abc.TaskGroup, backoff: Backoff | None = None
+        self,
+        slot: Slot,
+        downstream: Downstream,
+        tg: anyio.abc.TaskGroup,
+        *,
+        merged: bool = False,
+        backoff: Backoff | None = None,
     ) -> None:
         self.name = slot.name
+        self.merged = merged
+        """One of several upstreams: its going and coming changes the merged tool list."""
         self.call_timeout = slot.call_timeout
         self._slot = slot
         self._downstream = downstream
@@ -127,9 +135,23 @@ class OwnLink:
         return anyio.current_time() >= self._retry_at
 
     async def prestart(self) -> None:
-        """Start the upstream now (a stdio child) so that a bad command fails before any client speaks."""
+        """Start the upstream now (a stdio child) so that a bad command fails before any client speaks.
+
+        One of several upstreams that cannot start is only reported: the others serve on.
+        """
         async with self._lock:
-            await self._open()
+            try:
+                await self._open()
+            except (UpstreamStartError, UpstreamGoneError) as exc:
+                if not self.merged:
+                    raise
+                logger.warning("upstream %r is not available: %s", self.name, exc)
+                self._failed(str(exc))
+
+    def _failed(self, reason: str) -> None:
+        self._last_error = reason
+        self._failures += 1
+        self._retry_at = anyio.current_time() + self._backoff.delay(self._failures)
 
     async def _open(self) -> None:
         """Open the connection in a task of its own, which must also be the one to close it."""
@@ -140,25 +162,37 @@ class OwnLink:
                 async with open_upstream(self._slot.spec, self._slot.limits) as upstream:
                     upstream.downstream = self._downstream
                     task_status.started(upstream)
-                    await release.wait()
+                    async with anyio.create_task_group() as watch:
+                        watch.start_soon(self._announce_death, upstream)
+                        await release.wait()
+                        watch.cancel_scope.cancel()
             finally:
                 released.set()
 
         self._upstream = await self._tg.start(hold)
         self._release, self._released = release, released
 
+    async def _announce_death(self, upstream: Upstream) -> None:
+        """With several upstreams, the client's merged tool list shrinks when one dies."""
+        reason = await upstream.wait_gone()
+        logger.warning("%s", reason)
+        if self.merged:
+            await self._downstream.notify(types.ToolListChangedNotification())
+
     async def connect(self, client_info: types.Implementation, capabilities: types.ClientCapabilities) -> None:
         self._client = (client_info, capabilities)
         async with self._lock:
-            await self._ensure()
+            try:
+                await self._ensure()
+            except UpstreamGoneError:
+                if not self.merged:
+                    raise
 
     async def _ensure(self) -> Upstream:
         upstream = self._upstream
         if upstream is not None and upstream.gone_reason() is not None:
-            self._last_error = upstream.gone_reason() or ""
             await self.aclose()
-            self._failures += 1
-            self._retry_at = anyio.current_time() + self._backoff.delay(self._failures)
+            self._failed(upstream.gone_reason() or "")
             upstream = None
         if upstream is None:
             if anyio.current_time() < self._retry_at:
@@ -166,9 +200,7 @@ class OwnLink:
             try:
                 await self._open()
             except (UpstreamStartError, UpstreamGoneError) as exc:
-                self._last_error = str(exc)
-                self._failures += 1
-                self._retry_at = anyio.current_time() + self._backoff.delay(self._failures)
+                self._failed(str(exc))
                 raise UpstreamGoneError(self._last_error) from exc
             if self._failures:
                 logger.info("restarted upstream %r after: %s", self.name, self._last_error)
@@ -176,7 +208,7 @@ class OwnLink:
             assert upstream is not None
         if upstream.initialize_result is None and self._client is not None:
             await upstream.connect(*self._client)
-            if self._failures and self._tools_digest is not None:
+            if self._failures and (self.merged or self._tools_digest is not None):
                 self._tg.start_soon(self._recheck_tools, upstream)
             self._failures = 0
         return upstream
@@ -191,7 +223,7 @@ class OwnLink:
         except (MCPError, UpstreamGoneError) as exc:
             logger.debug("could not list tools of %r after its restart: %s", self.name, exc)
             return
-        if _digest(listed.get("tools")) != self._tools_digest:
+        if self.merged or _digest(listed.get("tools")) != self._tools_digest:
             logger.info("upstream %r has other tools after its restart; telling the client", self.name)
             await self._downstream.notify(types.ToolListChangedNotification())
 

@@ -58,7 +58,7 @@ class SessionFactory:
                     stack.callback(shared.close)
                     links.append(shared)
                 else:
-                    own = OwnLink(slot, downstream, tg)
+                    own = OwnLink(slot, downstream, tg, merged=len(self.slots) > 1)
                     stack.push_async_callback(own.aclose)
                     if prestart:
                         await own.prestart()
