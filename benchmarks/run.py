@@ -378,7 +378,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             anyio.run(_run_all, run, args.only or SCENARIOS)
     meta["load_average_at_end"] = [round(x, 2) for x in os.getloadavg()]
     report = Report(meta, run.rows, profiles=run.profiles)
-    report.checks = evaluate(report, builds[0].label)
+    for build in builds:
+        checks = evaluate(report, build.label)
+        if len(builds) > 1:
+            checks = [replace(check, goal=f"{build.label}: {check.goal}") for check in checks]
+        report.checks += checks
     print_report(report, console)
     report.write(out)
     if args.markdown:
