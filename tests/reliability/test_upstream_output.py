@@ -1,0 +1,162 @@
+"""Broken output from the upstream: junk on stdout, answers of the wrong shape or to nobody,
+answers too large to relay, and floods of notifications. The affected call gets an error
+result, the guard stays up and keeps serving, and its log says what happened once.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import anyio
+import psutil
+import pytest
+
+from tests.harness import MARKER, fixture_command
+from tests.reliability.wire import RawConnector, RawGuard, is_response, result_texts
+
+pytestmark = [pytest.mark.e2e, pytest.mark.anyio]
+
+GARBAGE = fixture_command("garbage_server")
+FLOOD = fixture_command("flood_server")
+
+
+def peak_rss(pid: int) -> int:
+    """The most resident memory the process ever had, in bytes (Linux's VmHWM)."""
+    for line in Path(f"/proc/{pid}/status").read_text(encoding="utf-8").splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) * 1024
+    msg = f"no VmHWM in /proc/{pid}/status"
+    raise AssertionError(msg)
+
+
+def _is_guard_error(answer: dict[str, Any]) -> bool:
+    result = answer.get("result") or {}
+    texts = result_texts(answer)
+    return result.get("isError") is True and len(texts) == 1 and texts[0].startswith(MARKER)
+
+
+async def test_junk_on_stdout_is_ignored_and_logged_once(raw_guard: RawConnector) -> None:
+    """Lines on the upstream's stdout that are not JSON-RPC (a banner, text, binary) are skipped, logged once."""
+    async with raw_guard(GARBAGE) as guard:
+        with anyio.fail_after(10):
+            answers = [await guard.call_tool("garbage", {"lines": lines}) for lines in (200, 201, 202)]
+            await guard.assert_serving()
+        log = guard.guard_lines()
+
+    assert [result_texts(answer) for answer in answers] == [["clean answer"]] * 3
+    noted = [line for line in log if "not JSON-RPC" in line]
+    assert len(noted) == 1, log
+    assert "garbage_server.py" in noted[0]
+    assert [message for message in guard.messages if "method" in message] == [], "junk reached the client"
+
+
+async def test_result_of_the_wrong_shape_gives_an_error_result(raw_guard: RawConnector) -> None:
+    """An answer whose result is not a tools/call result gives that call an isError result saying "wrong shape"."""
+    kinds = ["content", "number", "list"]
+    async with raw_guard(GARBAGE) as guard:
+        ids: dict[str, str] = {}
+        for kind in kinds:
+            ids[kind] = guard.new_id()
+            await guard.send(
+                {
+                    "jsonrpc": "2.0",
+                    "id": ids[kind],
+                    "method": "tools/call",
+                    "params": {"name": "wrong_shape", "arguments": {"kind": kind}},
+                }
+            )
+        with anyio.move_on_after(5):
+            for request_id in ids.values():
+                await guard.response(request_id)
+        answers = {kind: guard.responses(request_id) for kind, request_id in ids.items()}
+        with anyio.fail_after(10):
+            await guard.assert_serving()
+
+    unanswered = [kind for kind, found in answers.items() if not found]
+    assert unanswered == [], f"no answer within 5 s to the wrong-shape result kinds {unanswered}: {answers}"
+    for kind, found in answers.items():
+        assert len(found) == 1, (kind, found)
+        assert _is_guard_error(found[0]), (kind, found)
+        assert "wrong shape" in result_texts(found[0])[0], (kind, found)
+
+
+async def test_answers_to_unknown_ids_are_ignored(raw_guard: RawConnector) -> None:
+    """Responses from the upstream to ids nobody used never reach the client; the call in flight is answered."""
+    async with raw_guard(GARBAGE) as guard:
+        with anyio.fail_after(10):
+            answer = await guard.call_tool("stray", {})
+            await guard.assert_serving()
+
+    assert result_texts(answer) == ["after strays"]
+    strays = [message for message in guard.messages if message.get("id") in (987654, "nobody-asked")]
+    assert strays == []
+
+
+async def test_oversized_answer_gives_an_error_result_naming_the_limit(raw_guard: RawConnector) -> None:
+    """An answer over LOOP_GUARD_MAX_MESSAGE_BYTES is dropped as it streams by; the call gets an error naming it."""
+    limit = 1024 * 1024
+    size = 64 * 1024 * 1024
+    async with raw_guard(GARBAGE, env={"LOOP_GUARD_MAX_MESSAGE_BYTES": str(limit)}) as guard:
+        with anyio.fail_after(10):
+            await guard.assert_serving()
+        before = peak_rss(guard.process.pid)
+        with anyio.fail_after(60):
+            answers = {
+                order: await guard.call_tool("huge", {"size": size, "order": order}, within=60)
+                for order in ("id-first", "id-last")
+            }
+        after = peak_rss(guard.process.pid)
+        with anyio.fail_after(10):
+            fits = await guard.call_tool("huge", {"size": limit // 2})
+            await guard.assert_serving()
+
+    for order, answer in answers.items():
+        assert _is_guard_error(answer), (order, answer)
+        text = result_texts(answer)[0]
+        assert str(limit) in text, text
+        assert "LOOP_GUARD_MAX_MESSAGE_BYTES" in text, text
+    assert result_texts(fits) == ["x" * (limit // 2)]
+    # Two 64 MiB answers streamed through; holding one would have taken at least that much.
+    assert after - before < 16 * 1024 * 1024, f"peak RSS grew by {(after - before) / 2**20:.1f} MiB"
+
+
+async def _ping_time(guard: RawGuard) -> float:
+    started = anyio.current_time()
+    request_id = guard.new_id()
+    start = len(guard.messages)
+    await guard.send({"jsonrpc": "2.0", "id": request_id, "method": "ping"})
+    await guard.wait_for(lambda message: is_response(message, request_id), start=start, within=30)
+    return anyio.current_time() - started
+
+
+async def test_notification_flood_is_relayed_and_the_guard_stays_responsive(raw_guard: RawConnector) -> None:
+    """20,000 log notifications sent as fast as a pipe takes them all reach the client in order; pings still answer."""
+    count = 20_000
+    async with raw_guard(FLOOD) as guard:
+        request_id = guard.new_id()
+        start = len(guard.messages)
+        await guard.send(
+            {
+                "jsonrpc": "2.0",
+                "id": request_id,
+                "method": "tools/call",
+                "params": {"name": "flood", "arguments": {"count": count}},
+            }
+        )
+        await guard.wait_for(lambda message: message.get("method") == "notifications/message", start=start)
+        during = await _ping_time(guard)
+        answer = await guard.response(request_id, start=start, within=60)
+        after = await _ping_time(guard)
+        with anyio.fail_after(10):
+            await guard.assert_serving()
+        rss = psutil.Process(guard.process.pid).memory_info().rss
+        log = guard.guard_lines()
+
+    numbers = [message["params"]["data"]["n"] for message in guard.messages if message.get("method")]
+    assert result_texts(answer) == [f"flooded {count}"]
+    assert numbers == list(range(count))
+    assert during < 10, f"a ping during the flood took {during:.1f}s"
+    assert after < 1, f"a ping after the flood took {after:.1f}s"
+    assert len(log) < 10, log
+    assert rss < 300 * 1024 * 1024, f"the guard holds {rss / 2**20:.0f} MiB after the flood"
