@@ -20,7 +20,7 @@ from mcp_loop_guard.core.policy import Policy
 from mcp_loop_guard.proxy.pool import Limits, Slot
 from mcp_loop_guard.proxy.process import UpstreamStartError
 from mcp_loop_guard.proxy.sessions import AbortLatch, SessionFactory
-from mcp_loop_guard.proxy.stdio import open_stdio_channel
+from mcp_loop_guard.proxy.stdio import StdioChannel, open_stdio_channel
 from mcp_loop_guard.proxy.upstream import UpstreamGoneError
 from mcp_loop_guard.settings import Settings
 
@@ -112,6 +112,24 @@ def abort_message(verdict: Verdict, code: int) -> str:
     )
 
 
+EOF_GRACE_SECONDS = 2.0
+"""After the client closes stdin, how long answers still in progress may take to go out."""
+
+
+async def _until_finished(channel: StdioChannel) -> None:
+    """Until the channel is done, or the client has been gone for a grace period."""
+    async with anyio.create_task_group() as tg:
+
+        async def after_eof() -> None:
+            await channel.eof.wait()
+            await anyio.sleep(EOF_GRACE_SECONDS)
+            tg.cancel_scope.cancel()
+
+        tg.start_soon(after_eof)
+        await channel.closed.wait()
+        tg.cancel_scope.cancel()
+
+
 async def serve_stdio(plan: Plan) -> int:
     """Guard the configured upstreams for the client on our stdin/stdout; return the exit code.
 
@@ -140,7 +158,7 @@ async def serve_stdio(plan: Plan) -> int:
             tg.start_soon(
                 partial(serve_dual_era_loop, lifespan_state={}), proxy.server, channel.read_stream, channel.write_stream
             )
-            await channel.closed.wait()
+            await _until_finished(channel)
             tg.cancel_scope.cancel()
     except (UpstreamStartError, UpstreamGoneError, BaseExceptionGroup) as exc:
         failure = _start_failure(exc)

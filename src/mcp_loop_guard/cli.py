@@ -91,7 +91,7 @@ class JsonFormatter(logging.Formatter):
         return json.dumps(entry)
 
 
-def _configure_logging(level: str, log_format: str = "text") -> None:
+def _configure_logging(level: str, log_format: str = "text", *, contents: bool = False) -> None:
     handler = logging.StreamHandler(sys.stderr)
     relay_stderr_as_logs(log_format == "json")
     if log_format == "json":
@@ -101,9 +101,10 @@ def _configure_logging(level: str, log_format: str = "text") -> None:
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level.upper())
-    if level.lower() != "debug":
-        # The SDK and the HTTP server log every malformed frame and transport hiccup at length.
-        for noisy in ("mcp", "uvicorn", "httpx2", "sse_starlette"):
+    if not contents:
+        # Libraries log frames, bodies and transport hiccups at length, contents included: at
+        # debug level that would leak arguments and results, so they stay quiet unless asked.
+        for noisy in ("mcp", "uvicorn", "httpx2", "httpcore", "sse_starlette"):
             logging.getLogger(noisy).setLevel(logging.ERROR)
 
 
@@ -140,7 +141,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (ConfigError, SettingsError) as exc:
         print(f"mcp-loop-guard: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
-    _configure_logging(settings.log_level, settings.log_format)
+    _configure_logging(settings.log_level, settings.log_format, contents=settings.log_contents)
 
     serve = serve_stdio if settings.transport == "stdio" else serve_http
     return anyio.run(partial(serve, decided))

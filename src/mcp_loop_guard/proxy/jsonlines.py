@@ -26,6 +26,8 @@ class BadLine:
     reply: bytes
     """The serialized JSON-RPC error to send back, newline included."""
     problem: str
+    response_to: types.RequestId | None = None
+    """For a malformed response: the id of the request it answers, when readable."""
 
 
 def parse_line(line: bytes) -> SessionMessage | BadLine | None:
@@ -36,7 +38,20 @@ def parse_line(line: bytes) -> SessionMessage | BadLine | None:
         message = types.jsonrpc_message_adapter.validate_json(line, by_name=False)
     except ValidationError:
         return _diagnose(line)
+    if isinstance(message, types.JSONRPCNotification) and b'"id"' in line and _has_top_level_id(line):
+        # An id the schema rejects (null, true, an object) made the parser read a notification.
+        return BadLine(
+            _error(None, INVALID_REQUEST, "Invalid Request: the id must be a string or an integer"), "invalid id"
+        )
     return SessionMessage(message)
+
+
+def _has_top_level_id(line: bytes) -> bool:
+    try:
+        value = json.loads(line)
+    except (ValueError, RecursionError):
+        return False
+    return isinstance(value, dict) and "id" in value
 
 
 def _diagnose(line: bytes) -> BadLine:
@@ -48,8 +63,9 @@ def _diagnose(line: bytes) -> BadLine:
     if isinstance(request_id, bool) or not isinstance(request_id, (str, int)):
         request_id = None
     if isinstance(value, dict) and "method" not in value and "id" in value:
-        # A response we cannot parse: answering it would start a ping-pong.
-        return BadLine(b"", "malformed response")
+        # A response we cannot parse: answering it would start a ping-pong, but the
+        # request it answers must not wait forever.
+        return BadLine(b"", "malformed response", request_id)
     return BadLine(
         _error(request_id, INVALID_REQUEST, "Invalid Request: not a JSON-RPC 2.0 request or notification"),
         "not a JSON-RPC message",
@@ -80,6 +96,16 @@ def too_large(line: Oversized, limit: int) -> SessionMessage:
     )
     assert line.request_id is not None
     return SessionMessage(types.JSONRPCError(jsonrpc="2.0", id=line.request_id, error=error))
+
+
+def malformed_answer(request_id: types.RequestId) -> SessionMessage:
+    """The error response standing in for an upstream answer that is not a JSON-RPC response."""
+    error = types.ErrorData(
+        code=types.INTERNAL_ERROR,
+        message="the upstream answered with a response of the wrong shape (its result must be an object)",
+        data={GUARD_FAULT: "invalid-result"},
+    )
+    return SessionMessage(types.JSONRPCError(jsonrpc="2.0", id=request_id, error=error))
 
 
 def encode(message: SessionMessage) -> bytes:

@@ -83,12 +83,20 @@ class Limits:
     call_timeout: float | None = None
 
 
-def open_upstream(spec: ServerSpec, limits: Limits) -> AbstractAsyncContextManager[Upstream]:
+@asynccontextmanager
+async def open_upstream(spec: ServerSpec, limits: Limits) -> AsyncIterator[Upstream]:
     """Open a connection (the handshake is left to the caller)."""
+    opened: AbstractAsyncContextManager[Upstream]
     if isinstance(spec, StdioServer):
         command = [spec.command, *spec.args]
-        return open_stdio_upstream(spec.name, command, env=spec.env, cwd=spec.cwd, max_bytes=limits.max_message_bytes)
-    return open_http_upstream(spec.name, spec.url, transport=spec.transport, headers=spec.headers)
+        opened = open_stdio_upstream(spec.name, command, env=spec.env, cwd=spec.cwd, max_bytes=limits.max_message_bytes)
+    else:
+        opened = open_http_upstream(spec.name, spec.url, transport=spec.transport, headers=spec.headers)
+    async with opened as upstream:
+        timeout = spec.call_timeout or limits.call_timeout
+        if timeout is not None:
+            upstream.handshake_timeout = timeout
+        yield upstream
 
 
 HEALTH_INTERVAL = 10.0
@@ -204,7 +212,7 @@ class Slot:
     async def supervise(self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
         """Keep the shared connection (or the probe) up, restarting it with backoff forever."""
         task_status.started()
-        attempt = 0
+        attempt = 1
         while True:
             try:
                 async with open_upstream(self.spec, self.limits) as upstream:
@@ -215,7 +223,7 @@ class Slot:
                     )
                     self.identity = upstream.initialize_result
                     self.connection = upstream
-                    attempt = 0
+                    attempt = 1
                     self._set("ready", "connected", tools_changed=await self._tools_changed(upstream))
                     reason = await self._watch(upstream)
             except _FAILURES as exc:

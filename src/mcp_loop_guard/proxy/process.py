@@ -24,7 +24,15 @@ from anyio.abc import Process
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 from mcp.shared.message import SessionMessage
 
-from mcp_loop_guard.proxy.jsonlines import BadLine, LineReader, Oversized, encode, parse_line, too_large
+from mcp_loop_guard.proxy.jsonlines import (
+    BadLine,
+    LineReader,
+    Oversized,
+    encode,
+    malformed_answer,
+    parse_line,
+    too_large,
+)
 
 logger = logging.getLogger(__name__)
 upstream_logger = logging.getLogger("mcp_loop_guard.upstream")
@@ -148,7 +156,10 @@ class _Pumps:
                 await send.send(too_large(line, self.max_bytes))
             return
         parsed = parse_line(line)
-        if isinstance(parsed, BadLine):
+        if isinstance(parsed, BadLine) and parsed.response_to is not None:
+            logger.warning("upstream `%s` sent a malformed response; its request gets an error", self.child.label)
+            await send.send(malformed_answer(parsed.response_to))
+        elif isinstance(parsed, BadLine):
             self.bad_lines += 1
             if self.bad_lines == 1:
                 logger.warning(

@@ -168,16 +168,18 @@ class GuardedProxy:
 
         if params is not None:
             params = strip_envelope(params)
+        label = repr(server)
         try:
             with scope:
                 async with link.using() as upstream:
+                    label = upstream.label
                     result = await upstream.request(method, params, on_progress)
         except UpstreamGoneError as exc:
             raise MCPError(types.INTERNAL_ERROR, str(exc), data={GUARD_FAULT: "gone"}) from exc
         if scope.cancelled_caught:
             raise MCPError(
                 types.INTERNAL_ERROR,
-                f"upstream {server!r} sent no answer or progress for {method} within {timeout:g}s "
+                f"upstream {label} sent no answer or progress for {method} within {timeout:g}s "
                 "(call timeout); the request was cancelled",
                 data={GUARD_FAULT: "timeout"},
             )

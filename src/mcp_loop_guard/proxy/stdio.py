@@ -32,6 +32,7 @@ from mcp_loop_guard.proxy.jsonlines import (
     Oversized,
     encode,
     error_line,
+    malformed_answer,
     parse_line,
     response_id,
 )
@@ -49,6 +50,8 @@ class StdioChannel:
     write_stream: MemoryObjectSendStream[SessionMessage]
     closed: anyio.Event = field(default_factory=anyio.Event)
     """Set once the channel is finished: client EOF, or a close-after reply written."""
+    eof: anyio.Event = field(default_factory=anyio.Event)
+    """Set when the client closed stdin: the session must end soon, whatever is in flight."""
     _close_after: set[types.RequestId] = field(default_factory=set)
 
     def close_after_reply(self, request_id: types.RequestId) -> None:
@@ -144,6 +147,8 @@ class _Wire:
             logger.warning("rejected a line from the client: %s", parsed.problem)
             if parsed.reply:
                 await self.write(parsed.reply)
+            elif parsed.response_to is not None:
+                await send.send(malformed_answer(parsed.response_to))  # so our request does not wait forever
             return
         if parsed is None:
             return
@@ -168,6 +173,8 @@ class _Wire:
                     await self.take(line, send)
             except (anyio.BrokenResourceError, anyio.ClosedResourceError):
                 logger.debug("the session ended; no longer reading stdin")
+            finally:
+                self.channel.eof.set()
 
     async def write_out(self, receive: MemoryObjectReceiveStream[SessionMessage]) -> None:
         async with receive:

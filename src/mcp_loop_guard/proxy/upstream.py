@@ -53,6 +53,10 @@ REQUESTS: dict[str, type[BaseModel]] = {
 """Client-to-server methods relayed upstream, with the SDK model that carries each."""
 
 
+HANDSHAKE_TIMEOUT = 120.0
+"""Seconds an upstream may take to answer initialize (``npx`` may download a package first)."""
+
+
 class Downstream(Protocol):
     """The client side, as the upstream sees it."""
 
@@ -100,6 +104,7 @@ class Upstream:
         self._label = label or name
         self._gone: str | None = None
         self._unreadable = 0
+        self.handshake_timeout = HANDSHAKE_TIMEOUT
         self._gone_event = anyio.Event()
         self._session = _MirrorSession(
             read,
@@ -157,7 +162,13 @@ class Upstream:
                 return
             self._session.mirrored = capabilities
             self._session._client_info = client_info
-            self.initialize_result = await self._guarded(self._session.initialize())
+            try:
+                with anyio.fail_after(self.handshake_timeout):
+                    self.initialize_result = await self._guarded(self._session.initialize())
+            except TimeoutError:
+                reason = f"upstream {self.label} did not answer initialize within {self.handshake_timeout:g}s"
+                self.mark_gone(reason)
+                raise UpstreamGoneError(reason) from None
             self._connected.set()
             logger.info(
                 "connected to upstream %s (%s %s, protocol %s)",
