@@ -9,6 +9,8 @@ Manual use::
 
     python tests/conformance/run_suite.py                       # starts the fixture server, runs --suite all
     python tests/conformance/run_suite.py --url http://127.0.0.1:8931/mcp --suite active -o /tmp/results
+    python tests/conformance/run_suite.py --guard stdio         # the guard over HTTP, the fixture its stdio upstream
+    python tests/conformance/run_suite.py --guard http          # ... the fixture its streamable HTTP upstream
 
 Only the standard library is used here, so this file also runs outside the virtualenv.
 """
@@ -25,10 +27,12 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator, Sequence
+import urllib.error
+import urllib.request
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal
+from typing import IO, Any, Literal
 
 CONFORMANCE_DIR = Path(__file__).resolve().parent
 NODE_MODULES = CONFORMANCE_DIR / "node_modules"
@@ -40,9 +44,13 @@ FIXTURE_SERVER = CONFORMANCE_DIR / "fixture_server.py"
 INSTALL_COMMAND = "npm ci --prefix tests/conformance"
 
 Suite = Literal["all", "active", "pending"]
+GuardUpstream = Literal["stdio", "http"]
+"""How the guard reaches the fixture: as its child over stdio, or over streamable HTTP."""
 DEFAULT_TIMEOUT = 180.0
 """Seconds the whole suite may take; it runs in a few seconds against a local server."""
 READY_TIMEOUT = 20.0
+STOP_TIMEOUT = 10.0
+"""Seconds a server may take to exit after SIGTERM before it is killed."""
 
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
 _SCENARIO_STARTED = re.compile(r"^=== Running scenario: (?P<name>\S+) ===$", re.MULTILINE)
@@ -291,27 +299,123 @@ def fixture_command(transport: Literal["stdio", "http"], port: int | None = None
     return command
 
 
+def _environment(env: Mapping[str, str] | None) -> dict[str, str] | None:
+    return None if env is None else {**os.environ, **env}
+
+
+def _stop(process: subprocess.Popen[bytes]) -> bool:
+    """SIGTERM, then SIGKILL after STOP_TIMEOUT; True when SIGTERM was enough."""
+    if process.poll() is not None:
+        return True
+    process.terminate()
+    try:
+        process.wait(timeout=STOP_TIMEOUT)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()
+        return False
+    return True
+
+
 @contextlib.contextmanager
-def serving_fixture(port: int | None = None, host: str = "127.0.0.1") -> Iterator[str]:
-    """Runs the fixture server over streamable HTTP and yields its URL; stops it on exit."""
+def serving_fixture(
+    port: int | None = None, host: str = "127.0.0.1", *, env: Mapping[str, str] | None = None
+) -> Iterator[str]:
+    """Runs the fixture server over streamable HTTP and yields its URL; stops it on exit.
+
+    env, when given, is added to this environment for the server.
+    """
     port = port or free_port(host)
-    process = subprocess.Popen(fixture_command("http", port, host), stdin=subprocess.DEVNULL)
+    process = subprocess.Popen(fixture_command("http", port, host), stdin=subprocess.DEVNULL, env=_environment(env))
     try:
         wait_for_port(host, port, process)
         yield f"http://{host}:{port}/mcp"
     finally:
-        process.terminate()
+        _stop(process)
+
+
+def wait_until_ready(url: str, process: subprocess.Popen[bytes], timeout: float = READY_TIMEOUT) -> None:
+    """Polls url until it answers 200 (the guard's /readyz: every upstream ready); fails fast if process exits."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise RuntimeError(f"the server exited with status {process.returncode} before {url} answered 200")
+        with contextlib.suppress(OSError), urllib.request.urlopen(url, timeout=1) as response:  # noqa: S310 - local URL
+            if response.status == 200:
+                return
+        time.sleep(0.05)
+    raise TimeoutError(f"{url} did not answer 200 within {timeout} s")
+
+
+def guard_command(
+    upstream_args: Sequence[str], port: int, host: str = "127.0.0.1", guard_args: Sequence[str] = ()
+) -> list[str]:
+    """The argv of mcp-loop-guard serving streamable HTTP at http://HOST:PORT/mcp in front of upstream_args."""
+    serving = ["--transport", "http", "--host", host, "--port", str(port)]
+    return [sys.executable, "-m", "mcp_loop_guard", *serving, *guard_args, *upstream_args]
+
+
+@dataclass
+class ServedGuard:
+    """The guard serving the fixture over streamable HTTP, as a child process of this one."""
+
+    url: str
+    """The guard's MCP endpoint, ``http://HOST:PORT/mcp``."""
+    process: subprocess.Popen[bytes]
+    upstream: GuardUpstream
+    upstream_url: str | None = None
+    """The fixture's own endpoint when it is an HTTP upstream."""
+    stopped_by_sigterm: bool | None = None
+    """Set on exit: False when the guard had to be killed."""
+
+
+@contextlib.contextmanager
+def serving_guard(
+    upstream: GuardUpstream,
+    *,
+    port: int | None = None,
+    host: str = "127.0.0.1",
+    guard_args: Sequence[str] = (),
+    env: Mapping[str, str] | None = None,
+    stderr: int | IO[Any] | None = None,
+) -> Iterator[ServedGuard]:
+    """Runs mcp-loop-guard over streamable HTTP in front of the fixture server; stops both on exit.
+
+    upstream "stdio" makes the fixture the guard's child (``-- python fixture_server.py
+    --transport stdio``); "http" serves the fixture over streamable HTTP and points the
+    guard at it (``--upstream URL``). The guard is ready once /readyz answers 200.
+    """
+    with contextlib.ExitStack() as stack:
+        upstream_url: str | None = None
+        if upstream == "http":
+            upstream_url = stack.enter_context(serving_fixture(host=host, env=env))
+            upstream_args = ["--upstream", upstream_url]
+        else:
+            upstream_args = ["--", *fixture_command("stdio")]
+        port = port or free_port(host)
+        process = subprocess.Popen(
+            guard_command(upstream_args, port, host, guard_args),
+            stdin=subprocess.DEVNULL,
+            stderr=stderr,
+            env=_environment(env),
+        )
+        served = ServedGuard(f"http://{host}:{port}/mcp", process, upstream, upstream_url)
         try:
-            process.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
+            wait_until_ready(f"http://{host}:{port}/readyz", process)
+            yield served
+        finally:
+            served.stopped_by_sigterm = _stop(process)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Runs the suite against --url, or against a fixture server started for the run."""
     parser = argparse.ArgumentParser(description="Run the MCP conformance suite's server scenarios.")
     parser.add_argument("--url", help="the server to test (default: start the fixture server)")
+    parser.add_argument(
+        "--guard",
+        choices=["stdio", "http"],
+        help="test mcp-loop-guard served over HTTP in front of the fixture, a stdio or an HTTP upstream",
+    )
     parser.add_argument("--suite", choices=["all", "active", "pending"], default="all")
     parser.add_argument("--scenario", help="run one scenario instead of a suite")
     parser.add_argument("-o", "--output-dir", type=Path, help="where the suite writes checks.json files")
@@ -319,7 +423,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     with contextlib.ExitStack() as stack:
         out_dir = args.output_dir or Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="conformance-")))
-        url = args.url or stack.enter_context(serving_fixture())
+        if args.guard:
+            url = stack.enter_context(serving_guard(args.guard)).url
+        else:
+            url = args.url or stack.enter_context(serving_fixture())
         report = run_conformance(url, args.suite, out_dir=out_dir, scenario=args.scenario, timeout=args.timeout)
     print(report.summary())
     return 0 if report.passed else 1
