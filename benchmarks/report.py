@@ -49,7 +49,12 @@ def _cell(row: Row, key: str) -> str:
 
 
 def _grid(rows: Sequence[Row]) -> tuple[list[str], list[list[str]]]:
-    """Headers and cells of one scenario: case, via, the values any row has, note."""
+    """Headers and cells of one scenario: case, via, the values any row has, note.
+
+    Rows are grouped by case, in order of first appearance, skipped rows last in each group.
+    """
+    cases = list(dict.fromkeys(row.case for row in rows))
+    rows = sorted(rows, key=lambda row: (cases.index(row.case), row.skipped is not None))
     keys = [key for key in COLUMNS if any(key in row.values for row in rows)]
     headers = ["case", "via", *(COLUMNS[key][0] for key in keys), "note"]
     cells = [
