@@ -21,7 +21,7 @@ from tests.conformance.run_suite import (
 )
 from tests.harness import MARKER_ENV, describe, marked_processes
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
 
 SUITE_TIMEOUT = 120.0
 """Seconds one run of every scenario may take; it takes under 10 s here."""
