@@ -7,11 +7,14 @@ environment of its own under .venvs/, created on first use and reused while its 
 
 from __future__ import annotations
 
+import fcntl
 import json
 import shutil
 import subprocess
 import sys
+import time
 from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -126,16 +129,38 @@ def _run(argv: Sequence[str], timeout: float) -> None:
         pytest.fail(f"`{' '.join(argv)}` failed:\n{failed.stdout}\n{failed.stderr}")
 
 
+@contextmanager
+def _exclusive(path: Path, within: float) -> Iterator[None]:
+    """Holds an exclusive lock on path, waiting up to `within` seconds for another test run to release it."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("w") as handle:
+        deadline = time.monotonic() + within
+        while True:
+            try:
+                fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() > deadline:
+                    pytest.fail(f"{path} stayed locked for {within} s")
+                time.sleep(0.2)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
 @pytest.fixture(scope="session")
 def mcp_proxy() -> list[str]:
     """The argv prefix of mcp-proxy (PyPI), installed once into tests/interop/.venvs/mcp-proxy."""
     python = MCP_PROXY_VENV / "bin" / "python"
     stamp = MCP_PROXY_VENV / "installed.txt"
     wanted = "\n".join(MCP_PROXY_REQUIREMENTS)
-    if not (python.exists() and stamp.exists() and stamp.read_text(encoding="utf-8") == wanted):
-        shutil.rmtree(MCP_PROXY_VENV, ignore_errors=True)
-        _run([sys.executable, "-m", "venv", str(MCP_PROXY_VENV)], timeout=120)
-        pip = [str(python), "-m", "pip", "install", "--quiet", "--disable-pip-version-check"]
-        _run([*pip, *MCP_PROXY_REQUIREMENTS], timeout=MCP_PROXY_INSTALL_TIMEOUT)
-        stamp.write_text(wanted, encoding="utf-8")
+    # Another test run in this checkout may be installing it right now.
+    with _exclusive(MCP_PROXY_VENV.parent / "mcp-proxy.lock", MCP_PROXY_INSTALL_TIMEOUT + 60):
+        if not (python.exists() and stamp.exists() and stamp.read_text(encoding="utf-8") == wanted):
+            shutil.rmtree(MCP_PROXY_VENV, ignore_errors=True)
+            _run([sys.executable, "-m", "venv", str(MCP_PROXY_VENV)], timeout=120)
+            pip = [str(python), "-m", "pip", "install", "--quiet", "--disable-pip-version-check"]
+            _run([*pip, *MCP_PROXY_REQUIREMENTS], timeout=MCP_PROXY_INSTALL_TIMEOUT)
+            stamp.write_text(wanted, encoding="utf-8")
     return [str(python), "-m", "mcp_proxy"]
