@@ -111,7 +111,21 @@ def _hash_item(digest: _Hash, item: object) -> None:
         small["resource"] = resource
     _frame(digest, b"I", encode(small, drop_meta=True))
     for tag, value in big:
+        _frame_text(digest, tag, value)
+
+
+_SLICE: Final = 1 << 18
+"""Characters encoded at a time for ASCII text, so each piece is hashed while still in cache."""
+
+
+def _frame_text(digest: _Hash, tag: bytes, value: str) -> None:
+    """A text frame; the same bytes as ``_frame(digest, tag, value.encode())``, cheaper when large."""
+    if len(value) <= _SLICE or not value.isascii():
         _frame(digest, tag, value.encode("utf-8", "surrogatepass"))
+        return
+    digest.update(tag + len(value).to_bytes(8, "big"))  # ASCII: one byte per character
+    for start in range(0, len(value), _SLICE):
+        digest.update(value[start : start + _SLICE].encode("ascii"))
 
 
 def _frame(digest: _Hash, tag: bytes, payload: bytes) -> None:

@@ -33,6 +33,7 @@ from mcp_loop_guard.proxy.jsonlines import (
     parse_line,
     too_large,
 )
+from mcp_loop_guard.proxy.stdio import send_quickly
 
 logger = logging.getLogger(__name__)
 upstream_logger = logging.getLogger("mcp_loop_guard.upstream")
@@ -132,6 +133,7 @@ async def stop_child(child: ChildProcess) -> None:
             await child.exited.wait()
 
 
+_READ_SIZE = 1 << 20
 _PIPE_ERRORS = (anyio.EndOfStream, anyio.ClosedResourceError, anyio.BrokenResourceError, OSError)
 
 
@@ -168,14 +170,16 @@ class _Pumps:
                     parsed.problem,
                 )
         elif parsed is not None:
-            await send.send(parsed)
+            await send_quickly(send, parsed)
 
     async def stdout(self, send: MemoryObjectSendStream[SessionMessage | Exception]) -> None:
         assert self.child.process.stdout is not None
         lines = LineReader(self.max_bytes)
         async with send:
             with suppress(*_PIPE_ERRORS):
-                async for chunk in self.child.process.stdout:
+                while True:
+                    # Large reads: a 1 MB result then takes a few wake-ups, not sixteen.
+                    chunk = await self.child.process.stdout.receive(_READ_SIZE)
                     for line in lines.feed(chunk):
                         await self.deliver(line, send)
 

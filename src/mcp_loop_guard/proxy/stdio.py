@@ -118,6 +118,14 @@ async def _claimed_stdio() -> AsyncIterator[tuple[_Fd, _Fd]]:
                 os.close(fd)
 
 
+async def send_quickly(send: MemoryObjectSendStream[SessionMessage | Exception], message: SessionMessage) -> None:
+    """Hand a message on without a task switch when there is room (several times cheaper than ``send``)."""
+    try:
+        send.send_nowait(message)
+    except anyio.WouldBlock:
+        await send.send(message)
+
+
 class _Wire:
     """The two pumps between the descriptors and the channel's streams."""
 
@@ -160,7 +168,7 @@ class _Wire:
             self.in_flight.add(message.id)
         elif isinstance(message, types.JSONRPCNotification) and message.method == "notifications/cancelled":
             self.in_flight.discard((message.params or {}).get("requestId"))  # no response will follow
-        await send.send(parsed)
+        await send_quickly(send, parsed)
 
     async def read(self, send: MemoryObjectSendStream[SessionMessage | Exception]) -> None:
         lines = LineReader(self.max_bytes)

@@ -9,7 +9,9 @@ notifications) goes to whatever :class:`Downstream` the proxy attaches.
 
 from __future__ import annotations
 
+import functools
 import logging
+import ssl
 from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import AsyncExitStack, asynccontextmanager
 from typing import Any, Protocol, cast
@@ -22,7 +24,7 @@ from mcp import ClientSession
 from mcp.client.session import ClientRequestContext, IncomingMessage
 from mcp.client.sse import sse_client
 from mcp.client.streamable_http import streamable_http_client
-from mcp.shared._httpx_utils import create_mcp_http_client
+from mcp.shared._httpx_utils import MCP_DEFAULT_SSE_READ_TIMEOUT, MCP_DEFAULT_TIMEOUT
 from mcp.shared._stream_protocols import ReadStream, WriteStream
 from mcp.shared.dispatcher import ProgressFnT
 from mcp.shared.exceptions import MCPError
@@ -304,7 +306,7 @@ async def open_http_upstream(
             if transport == "sse":
                 read, write = await stack.enter_async_context(sse_client(url, headers=dict(headers or {})))
             else:
-                client = await stack.enter_async_context(create_mcp_http_client(headers=dict(headers or {})))
+                client = await stack.enter_async_context(_http_client(headers))
                 read, write = await stack.enter_async_context(
                     streamable_http_client(url, http_client=client, terminate_on_close=True)
                 )
@@ -313,6 +315,19 @@ async def open_http_upstream(
         upstream = Upstream(name, read, write, label=label)
         await stack.enter_async_context(upstream._session)
         yield upstream
+
+
+@functools.cache
+def _tls() -> ssl.SSLContext:
+    """One TLS context for every upstream connection: each costs about 1 MB to build, and
+    an HTTP guard opens an upstream connection per downstream session."""
+    return httpx2.create_ssl_context()
+
+
+def _http_client(headers: Mapping[str, str] | None) -> httpx2.AsyncClient:
+    """An HTTP client with the SDK's MCP timeouts (long reads for event streams)."""
+    timeout = httpx2.Timeout(MCP_DEFAULT_TIMEOUT, read=MCP_DEFAULT_SSE_READ_TIMEOUT)
+    return httpx2.AsyncClient(headers=dict(headers or {}), timeout=timeout, verify=_tls())
 
 
 def redact_url(url: str) -> str:
