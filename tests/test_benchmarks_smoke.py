@@ -1,0 +1,30 @@
+"""The benchmark suite keeps working: its smoke size runs every scenario end to end."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.harness import REPO_ROOT
+
+
+@pytest.mark.e2e
+def test_benchmark_smoke_run(tmp_path: Path) -> None:
+    """`python -m benchmarks.run --size smoke` exits 0 and writes a result for every scenario it ran."""
+    out = tmp_path / "smoke.json"
+    done = subprocess.run(
+        [sys.executable, "-m", "benchmarks.run", "--size", "smoke", "--out", str(out)],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    results = json.loads(out.read_text())
+    scenarios = {row.get("scenario") for row in results["rows"]}
+    assert {"stdio", "fingerprint", "memory"} <= scenarios, scenarios
