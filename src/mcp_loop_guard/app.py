@@ -18,7 +18,7 @@ from mcp_loop_guard.config import GuardConfig
 from mcp_loop_guard.core.model import Verdict
 from mcp_loop_guard.core.policy import Policy
 from mcp_loop_guard.proxy.pool import Limits, Slot
-from mcp_loop_guard.proxy.process import UpstreamStartError
+from mcp_loop_guard.proxy.process import UpstreamStartError, terminate_children_now
 from mcp_loop_guard.proxy.sessions import AbortLatch, SessionFactory
 from mcp_loop_guard.proxy.stdio import StdioChannel, open_stdio_channel
 from mcp_loop_guard.proxy.upstream import UpstreamGoneError
@@ -38,12 +38,18 @@ class _Outcome:
 
 
 async def _watch_signals(outcome: _Outcome, scope: anyio.CancelScope) -> None:
+    """Stop serving at the first signal; a signal during the shutdown cuts the upstreams' grace short.
+
+    It watches until the very end, so a client that sends SIGTERM while the guard is
+    still stopping its upstreams does not kill the guard before they are stopped.
+    """
     with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT, signal.SIGHUP) as signals:
         async for signum in signals:
-            logger.info("received %s; stopping the upstreams and exiting", signal.Signals(signum).name)
-            outcome.signal = signum
+            if outcome.signal is None and not scope.cancel_called:
+                logger.info("received %s; stopping the upstreams and exiting", signal.Signals(signum).name)
+                outcome.signal = signum
+            terminate_children_now()
             scope.cancel()
-            return
 
 
 @dataclass(frozen=True)
@@ -130,6 +136,27 @@ async def _until_finished(channel: StdioChannel) -> None:
         tg.cancel_scope.cancel()
 
 
+async def _serve_one(factory: SessionFactory, plan: Plan, latch: AbortLatch) -> None:
+    """The one session of a stdio guard, until the client leaves or the session is aborted."""
+    async with (
+        factory.open(latch, prestart=True) as proxy,
+        open_stdio_channel(plan.settings.max_message_bytes) as channel,
+        anyio.create_task_group() as tg,
+    ):
+
+        def on_abort(request_id: object, verdict: Verdict) -> None:
+            latch(request_id, verdict)  # type: ignore[arg-type]
+            if request_id is not None:
+                channel.close_after_reply(request_id)  # type: ignore[arg-type]
+
+        proxy.on_abort = on_abort
+        tg.start_soon(
+            partial(serve_dual_era_loop, lifespan_state={}), proxy.server, channel.read_stream, channel.write_stream
+        )
+        await _until_finished(channel)
+        tg.cancel_scope.cancel()
+
+
 async def serve_stdio(plan: Plan) -> int:
     """Guard the configured upstreams for the client on our stdin/stdout; return the exit code.
 
@@ -141,25 +168,13 @@ async def serve_stdio(plan: Plan) -> int:
     factory = plan.factory(slots)
     outcome = _Outcome()
     latch = AbortLatch()
+    serving = anyio.CancelScope()
     try:
-        async with (
-            factory.open(latch, prestart=True) as proxy,
-            open_stdio_channel(plan.settings.max_message_bytes) as channel,
-            anyio.create_task_group() as tg,
-        ):
-
-            def on_abort(request_id: object, verdict: Verdict) -> None:
-                latch(request_id, verdict)  # type: ignore[arg-type]
-                if request_id is not None:
-                    channel.close_after_reply(request_id)  # type: ignore[arg-type]
-
-            proxy.on_abort = on_abort
-            tg.start_soon(_watch_signals, outcome, tg.cancel_scope)
-            tg.start_soon(
-                partial(serve_dual_era_loop, lifespan_state={}), proxy.server, channel.read_stream, channel.write_stream
-            )
-            await _until_finished(channel)
-            tg.cancel_scope.cancel()
+        async with anyio.create_task_group() as watch:
+            watch.start_soon(_watch_signals, outcome, serving)
+            with serving:
+                await _serve_one(factory, plan, latch)
+            watch.cancel_scope.cancel()
     except (UpstreamStartError, UpstreamGoneError, BaseExceptionGroup) as exc:
         failure = _start_failure(exc)
         if failure is None:

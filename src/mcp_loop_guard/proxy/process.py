@@ -59,7 +59,7 @@ def relay_stderr_as_logs(enabled: bool) -> None:
     _stderr_as_logs = enabled
 
 
-@dataclass
+@dataclass(eq=False)  # compared and hashed by identity: one child is one process
 class ChildProcess:
     """An upstream child and the facts a user needs when it goes away."""
 
@@ -112,6 +112,16 @@ def _signal_group(pgid: int, sig: int) -> bool:
     except PermissionError:  # pragma: no cover - a group member changed owner
         return True
     return True
+
+
+_live: set[ChildProcess] = set()
+"""Children not yet stopped, for a signal that must end them at once."""
+
+
+def terminate_children_now() -> None:
+    """SIGTERM every live child's process group now, without waiting out any grace period."""
+    for child in list(_live):
+        _signal_group(child.process.pid, signal.SIGTERM)
 
 
 async def stop_child(child: ChildProcess) -> None:
@@ -238,6 +248,7 @@ async def open_child(
     except OSError as exc:
         raise UpstreamStartError(f"cannot start upstream `{shlex.join(command)}`: {exc.strerror or exc}") from exc
     child = ChildProcess(tuple(command), process)
+    _live.add(child)
     pumps = _Pumps(child, max_bytes)
     read_send, read_receive = anyio.create_memory_object_stream[SessionMessage | Exception](16)
     write_send, write_receive = anyio.create_memory_object_stream[SessionMessage](16)
@@ -251,4 +262,5 @@ async def open_child(
         finally:
             write_send.close()
             await stop_child(child)
+            _live.discard(child)
             tg.cancel_scope.cancel()

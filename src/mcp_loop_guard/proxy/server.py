@@ -248,11 +248,12 @@ class GuardedProxy:
             return result
         if self.log_contents:
             logger.info("result of %r (LOOP_GUARD_LOG_CONTENTS): %s", params.name, _clip(result.get("content")))
-        verdict = self.detector.finish(ticket, result, anyio.current_time())
+        seen = guard.without_notes(result)
+        verdict = self.detector.finish(ticket, seen, anyio.current_time())
         self._observe(server, params.name, verdict.action, started)
         if verdict.action is Action.WARN:
             logger.info("warn tool %r: %d identical calls with unchanged results", verdict.tool, verdict.streak)
-            return guard.warned(result, verdict, self.policy)
+            return guard.warned(seen, verdict, self.policy)  # one note, the nearest guard's
         return result
 
     def _refuse(self, ctx: Context, server: str, verdict: Verdict, started: float) -> dict[str, Any]:
