@@ -229,8 +229,11 @@ class OwnLink:
 
     @asynccontextmanager
     async def using(self) -> AsyncIterator[Upstream]:
-        async with self._lock:
-            upstream = await self._ensure()
+        upstream = self._upstream
+        if upstream is None or upstream.initialize_result is None or upstream.gone_reason() is not None:
+            # Only the rare path takes the lock (acquiring it costs an event-loop turn per call).
+            async with self._lock:
+                upstream = await self._ensure()
         yield upstream
 
     async def aclose(self) -> None:
