@@ -384,7 +384,7 @@ async def open_guard_process(
             stderr=errlog,
             start_new_session=True,
         )
-        stack.push_async_callback(_stop, process)
+        stack.push_async_callback(stop_process, process)
         read_writer, read_stream = anyio.create_memory_object_stream[SessionMessage | Exception](0)
         write_stream, write_reader = anyio.create_memory_object_stream[SessionMessage](0)
         task_group = await stack.enter_async_context(anyio.create_task_group())
@@ -398,7 +398,7 @@ async def open_guard_process(
         yield GuardProcess(process=process, connection=connection, marker=marker)
 
 
-async def _stop(process: anyio.abc.Process) -> None:
+async def stop_process(process: anyio.abc.Process) -> None:
     """Ends a guard a test left running: close stdin, then kill its process group."""
     with anyio.CancelScope(shield=True):
         if process.stdin is not None:

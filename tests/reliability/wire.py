@@ -8,7 +8,6 @@ line the guard writes back, exactly.
 from __future__ import annotations
 
 import json
-import os
 import signal
 import sys
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
@@ -21,7 +20,7 @@ import anyio
 import anyio.abc
 import psutil
 
-from tests.harness import describe, exit_status, guard_command, read_json_lines, server_environment
+from tests.harness import describe, exit_status, guard_command, read_json_lines, server_environment, stop_process
 
 PROTOCOL_VERSION = "2025-11-25"
 """The handshake-era protocol version the raw client asks for."""
@@ -237,22 +236,6 @@ def _alive(process: psutil.Process) -> bool:
         return False
 
 
-async def _stop(process: anyio.abc.Process) -> None:
-    """Ends a guard the test left running: close stdin, then kill its process group."""
-    with anyio.CancelScope(shield=True):
-        if process.stdin is not None:
-            with suppress(OSError, anyio.BrokenResourceError, anyio.ClosedResourceError):
-                await process.stdin.aclose()
-        with anyio.move_on_after(5):
-            await exit_status(process)
-        if process.returncode is None:
-            with suppress(ProcessLookupError):
-                os.killpg(process.pid, signal.SIGKILL)
-            with anyio.move_on_after(5):
-                await exit_status(process)
-        await process.aclose()
-
-
 @asynccontextmanager
 async def open_raw_guard(
     command: Sequence[str],
@@ -272,7 +255,7 @@ async def open_raw_guard(
             stderr=errlog,
             start_new_session=True,
         )
-        stack.push_async_callback(_stop, process)
+        stack.push_async_callback(stop_process, process)
         guard = RawGuard(process=process, stderr=stderr, marker=marker)
         task_group = await stack.enter_async_context(anyio.create_task_group())
         stack.callback(task_group.cancel_scope.cancel)
