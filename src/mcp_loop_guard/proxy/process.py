@@ -8,6 +8,7 @@ wrappers such as ``npx`` or ``uvx`` leave no orphans when we stop it.
 
 from __future__ import annotations
 
+import fcntl
 import logging
 import os
 import shlex
@@ -33,7 +34,7 @@ from mcp_loop_guard.proxy.jsonlines import (
     parse_line,
     too_large,
 )
-from mcp_loop_guard.proxy.stdio import send_quickly
+from mcp_loop_guard.proxy.stdio import Fd, send_quickly
 
 logger = logging.getLogger(__name__)
 upstream_logger = logging.getLogger("mcp_loop_guard.upstream")
@@ -65,7 +66,12 @@ class ChildProcess:
 
     command: Sequence[str]
     process: Process
+    to_child: Fd
+    """Our end of the child's stdin pipe; the stdin pump closes it."""
+    from_child: Fd
+    """Our end of the child's stdout pipe."""
     exited: anyio.Event = field(default_factory=anyio.Event)
+    stdin_closed: anyio.Event = field(default_factory=anyio.Event)
     stderr_tail: deque[str] = field(default_factory=lambda: deque(maxlen=STDERR_TAIL_LINES))
 
     @property
@@ -128,9 +134,8 @@ async def stop_child(child: ChildProcess) -> None:
     """Close stdin, wait, SIGTERM the group, wait, SIGKILL the group. Bounded and shielded."""
     process = child.process
     with anyio.CancelScope(shield=True):
-        if process.stdin is not None:
-            with suppress(OSError, anyio.BrokenResourceError, anyio.ClosedResourceError):
-                await process.stdin.aclose()
+        with anyio.move_on_after(GRACE_SECONDS / 4):
+            await child.stdin_closed.wait()  # the stdin pump closes it once its stream ends
         with anyio.move_on_after(GRACE_SECONDS):
             await child.exited.wait()
         pgid = process.pid
@@ -144,6 +149,7 @@ async def stop_child(child: ChildProcess) -> None:
 
 
 _READ_SIZE = 1 << 20
+_F_SETPIPE_SZ = 1031  # Linux fcntl command; not exported by the fcntl module on Python 3.11
 _PIPE_ERRORS = (anyio.EndOfStream, anyio.ClosedResourceError, anyio.BrokenResourceError, OSError)
 
 
@@ -183,13 +189,10 @@ class _Pumps:
             await send_quickly(send, parsed)
 
     async def stdout(self, send: MemoryObjectSendStream[SessionMessage | Exception]) -> None:
-        assert self.child.process.stdout is not None
         lines = LineReader(self.max_bytes)
         async with send:
-            with suppress(*_PIPE_ERRORS):
-                while True:
-                    # Large reads: a 1 MB result then takes a few wake-ups, not sixteen.
-                    chunk = await self.child.process.stdout.receive(_READ_SIZE)
+            with suppress(OSError):
+                while chunk := await self.child.from_child.read():
                     for line in lines.feed(chunk):
                         await self.deliver(line, send)
 
@@ -209,15 +212,28 @@ class _Pumps:
                             upstream_logger.info("%s", text, extra={"upstream": self.child.label})
 
     async def stdin(self, receive: MemoryObjectReceiveStream[SessionMessage]) -> None:
-        assert self.child.process.stdin is not None
-        async with receive:
-            try:
-                async for message in receive:
-                    await self.child.process.stdin.send(encode(message))
-            except _PIPE_ERRORS:
-                logger.debug("upstream stdin closed")
-                async for _ in receive:  # drain so senders never block on a dead child
-                    pass
+        pipe = self.child.to_child
+        try:
+            async with receive:
+                try:
+                    async for message in receive:
+                        await pipe.write(encode(message))
+                except OSError:
+                    logger.debug("upstream stdin closed")
+                    async for _ in receive:  # drain so senders never block on a dead child
+                        pass
+        finally:
+            # Closing stdin is how an MCP client asks a stdio server to exit.
+            os.close(pipe.fd)
+            self.child.stdin_closed.set()
+
+
+def _pipe() -> tuple[int, int]:
+    """A pipe with a 1 MB buffer where the system allows it: a large result then needs few wake-ups."""
+    read_end, write_end = os.pipe()
+    with suppress(OSError):
+        fcntl.fcntl(write_end, _F_SETPIPE_SZ, _READ_SIZE)
+    return read_end, write_end
 
 
 @asynccontextmanager
@@ -235,19 +251,27 @@ async def open_child(
     The read stream ends when the child closes its stdout (usually because it
     died), which makes every pending request fail at once instead of hanging.
     """
+    # Our own pipes, read and written on the event loop (no asyncio subprocess protocol in between).
+    child_in, to_child = _pipe()
+    from_child, child_out = _pipe()
     try:
         process = await anyio.open_process(
             list(command),
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
+            stdin=child_in,
+            stdout=child_out,
             stderr=subprocess.PIPE,  # passed on unchanged, and its last lines kept for error messages
             env={**os.environ, **(env or {})},
             cwd=cwd,
             start_new_session=True,
         )
     except OSError as exc:
+        os.close(to_child)
+        os.close(from_child)
         raise UpstreamStartError(f"cannot start upstream `{shlex.join(command)}`: {exc.strerror or exc}") from exc
-    child = ChildProcess(tuple(command), process)
+    finally:
+        os.close(child_in)
+        os.close(child_out)
+    child = ChildProcess(tuple(command), process, Fd(to_child), Fd(from_child, _READ_SIZE))
     _live.add(child)
     pumps = _Pumps(child, max_bytes)
     read_send, read_receive = anyio.create_memory_object_stream[SessionMessage | Exception](16)
@@ -264,3 +288,4 @@ async def open_child(
             await stop_child(child)
             _live.discard(child)
             tg.cancel_scope.cancel()
+    os.close(from_child)

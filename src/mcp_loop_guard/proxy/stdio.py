@@ -64,21 +64,22 @@ def _is_stream(fd: int) -> bool:
     return stat.S_ISFIFO(mode) or stat.S_ISSOCK(mode)
 
 
-class _Fd:
+class Fd:
     """One private descriptor, read or written on the loop when it can be non-blocking."""
 
-    def __init__(self, fd: int) -> None:
+    def __init__(self, fd: int, read_size: int = _READ_CHUNK) -> None:
         self.fd = fd
+        self.read_size = read_size
         self.on_loop = _is_stream(fd)
         if self.on_loop:
             os.set_blocking(fd, False)
 
     async def read(self) -> bytes:
         if not self.on_loop:
-            return await anyio.to_thread.run_sync(os.read, self.fd, _READ_CHUNK, abandon_on_cancel=True)
+            return await anyio.to_thread.run_sync(os.read, self.fd, self.read_size, abandon_on_cancel=True)
         while True:
             try:
-                return os.read(self.fd, _READ_CHUNK)
+                return os.read(self.fd, self.read_size)
             except BlockingIOError:
                 await anyio.wait_readable(self.fd)
 
@@ -97,7 +98,7 @@ class _Fd:
 
 
 @asynccontextmanager
-async def _claimed_stdio() -> AsyncIterator[tuple[_Fd, _Fd]]:
+async def _claimed_stdio() -> AsyncIterator[tuple[Fd, Fd]]:
     """Move the wire to private descriptors; point fd 0 at /dev/null and fd 1 at stderr."""
     wire_in = os.dup(0)
     wire_out = os.dup(1)
@@ -109,7 +110,7 @@ async def _claimed_stdio() -> AsyncIterator[tuple[_Fd, _Fd]]:
     for fd in (wire_in, wire_out):
         os.set_inheritable(fd, False)
     try:
-        yield _Fd(wire_in), _Fd(wire_out)
+        yield Fd(wire_in), Fd(wire_out)
     finally:
         os.dup2(saved_in, 0)
         os.dup2(saved_out, 1)
@@ -129,7 +130,7 @@ async def send_quickly(send: MemoryObjectSendStream[SessionMessage | Exception],
 class _Wire:
     """The two pumps between the descriptors and the channel's streams."""
 
-    def __init__(self, channel: StdioChannel, stdin: _Fd, stdout: _Fd, max_bytes: int) -> None:
+    def __init__(self, channel: StdioChannel, stdin: Fd, stdout: Fd, max_bytes: int) -> None:
         self.channel = channel
         self.stdin, self.stdout = stdin, stdout
         self.max_bytes = max_bytes
