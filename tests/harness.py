@@ -82,6 +82,12 @@ def verdict(result: types.CallToolResult) -> dict[str, Any] | None:
     return dict(found) if isinstance(found, Mapping) else None
 
 
+def action(result: types.CallToolResult) -> str | None:
+    """The guard's verdict action on a result, None where it added none."""
+    found = verdict(result)
+    return None if found is None else found["action"]
+
+
 def guard_notes(result: types.CallToolResult) -> list[str]:
     """The texts in the result that the guard added."""
     return [text for text in texts(result) if text.startswith(MARKER)]
@@ -377,14 +383,7 @@ async def open_guard_process(
     close its stdin, read its exit status and look for what it left running.
     """
     async with AsyncExitStack() as stack:
-        errlog = stack.enter_context(stderr.open("a", encoding="utf-8"))
-        process = await anyio.open_process(
-            guard_command(command, guard_args),
-            env=server_environment(marker, env),
-            stderr=errlog,
-            start_new_session=True,
-        )
-        stack.push_async_callback(stop_process, process)
+        process = await spawn_guard(stack, command, guard_args, marker=marker, env=env, stderr=stderr)
         read_writer, read_stream = anyio.create_memory_object_stream[SessionMessage | Exception](0)
         write_stream, write_reader = anyio.create_memory_object_stream[SessionMessage](0)
         task_group = await stack.enter_async_context(anyio.create_task_group())
@@ -396,6 +395,27 @@ async def open_guard_process(
             result = await session.initialize()
         connection = Connection(session=session, initialize=result, stderr=stderr)
         yield GuardProcess(process=process, connection=connection, marker=marker)
+
+
+async def spawn_guard(
+    stack: AsyncExitStack,
+    command: Sequence[str],
+    guard_args: Sequence[str],
+    *,
+    marker: str,
+    env: Mapping[str, str] | None,
+    stderr: Path,
+) -> anyio.abc.Process:
+    """Starts the guard in front of command as our own child, in its own process group, stopped with ``stack``."""
+    errlog = stack.enter_context(stderr.open("a", encoding="utf-8"))
+    process = await anyio.open_process(
+        guard_command(command, guard_args),
+        env=server_environment(marker, env),
+        stderr=errlog,
+        start_new_session=True,
+    )
+    stack.push_async_callback(stop_process, process)
+    return process
 
 
 async def stop_process(process: anyio.abc.Process) -> None:

@@ -144,17 +144,22 @@ class PortTakenError(Exception):
     """The server could not bind its port: another process took it between the check and the bind."""
 
 
-async def _wait_answering(server: ServerProcess, path: str, accept: Callable[[int], bool]) -> None:
-    """Polls path until the server answers with an accepted status; fails at once if the process exits."""
-    url = server.url(path)
+async def wait_answering(
+    url: str, process: anyio.abc.Process, output: Callable[[], str], accept: Callable[[int], bool]
+) -> None:
+    """Polls url until the server answers with an accepted status; fails at once if its process exits.
+
+    Raises:
+        PortTakenError: the process exited because another one took its port first.
+    """
     async with httpx2.AsyncClient(timeout=2) as client:
         with anyio.fail_after(START_LIMIT):
             while True:
-                if server.process.returncode is not None:
-                    text = server.stderr_text()
+                if process.returncode is not None:
+                    text = output()
                     if "address already in use" in text.lower():
                         raise PortTakenError(text)
-                    msg = f"exited with status {server.process.returncode} before serving:\n{text}"
+                    msg = f"exited with status {process.returncode} before serving:\n{text}"
                     raise AssertionError(msg)
                 with suppress(httpx2.TransportError):
                     response = await client.get(url)
@@ -235,7 +240,7 @@ async def run_server(
             )
         server = ServerProcess(process=process, port=port, stderr=stderr, marker=marker)
         try:
-            await _wait_answering(server, ready_path, accept)
+            await wait_answering(server.url(ready_path), server.process, server.stderr_text, accept)
         except PortTakenError:
             await stop_server(server)
             if attempt == attempts:

@@ -7,24 +7,11 @@ from pathlib import Path
 import pytest
 
 from tests.conformance.run_suite import (
-    SuiteNotInstalledError,
-    ensure_installed,
-    list_server_scenarios,
     run_conformance,
     serving_fixture,
 )
 
 pytestmark = pytest.mark.e2e
-
-
-@pytest.fixture(scope="module")
-def server_scenarios() -> list[str]:
-    """Every server scenario the pinned suite knows, active and pending."""
-    try:
-        ensure_installed()
-    except SuiteNotInstalledError as missing:
-        pytest.fail(str(missing))
-    return list_server_scenarios()
 
 
 def test_fixture_passes_every_server_scenario(server_scenarios: list[str], tmp_path: Path) -> None:

@@ -12,9 +12,6 @@ import pytest
 from tests.conformance.run_suite import (
     ConformanceReport,
     GuardUpstream,
-    SuiteNotInstalledError,
-    ensure_installed,
-    list_server_scenarios,
     run_conformance,
     serving_fixture,
     serving_guard,
@@ -27,16 +24,6 @@ SUITE_TIMEOUT = 120.0
 """Seconds one run of every scenario may take; it takes under 10 s here."""
 GONE_WITHIN = 10.0
 """Seconds the fixture may take to exit once the guard has stopped."""
-
-
-@pytest.fixture(scope="module")
-def server_scenarios() -> list[str]:
-    """Every server scenario the pinned suite knows, active and pending."""
-    try:
-        ensure_installed()
-    except SuiteNotInstalledError as missing:
-        pytest.fail(str(missing))
-    return list_server_scenarios()
 
 
 @pytest.fixture(scope="module")

@@ -9,9 +9,8 @@ connection per session.
 from __future__ import annotations
 
 import re
-import sys
 import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from typing import Any
 
 import anyio
@@ -20,7 +19,7 @@ from mcp import types
 from mcp.client.session import ClientRequestContext, SamplingFnT
 from mcp.shared.exceptions import MCPError
 
-from tests.harness import MARKER, Callbacks, kill_marked, texts, verdict
+from tests.harness import MARKER, Callbacks, action, kill_marked, texts
 from tests.http_harness import (
     HttpSession,
     Rig,
@@ -36,7 +35,7 @@ from tests.http_harness import (
     tool_names,
 )
 
-pytestmark = [pytest.mark.e2e, pytest.mark.anyio]
+pytestmark = [pytest.mark.e2e, pytest.mark.anyio, pytest.mark.usefixtures("guard_log")]
 
 TOOL_NAME = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
 LONG_RUNNING = "trigger-long-running-operation"
@@ -74,17 +73,9 @@ async def guard(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Serve
         kill_marked(marker)
 
 
-@pytest.fixture(autouse=True)
-def guard_log(guard: ServerProcess) -> Iterator[None]:
-    """Shows what the guard wrote to stderr during the test when it fails."""
-    start = len(guard.stderr_text())
-    yield
-    print(f"--- guard stderr during the test ---\n{guard.stderr_text()[start:]}", file=sys.stderr)
-
-
 def actions(results: list[types.CallToolResult]) -> list[str | None]:
     """The guard's verdict action on each result, None where it added none."""
-    return [None if (found := verdict(result)) is None else found["action"] for result in results]
+    return [action(result) for result in results]
 
 
 async def call_repeatedly(

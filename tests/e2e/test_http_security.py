@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import json
 import secrets
-import sys
 import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 
 import anyio
 import httpx2
@@ -27,7 +26,7 @@ from tests.http_harness import (
     tool_names,
 )
 
-pytestmark = [pytest.mark.e2e, pytest.mark.anyio]
+pytestmark = [pytest.mark.e2e, pytest.mark.anyio, pytest.mark.usefixtures("guard_log")]
 
 TOKEN = secrets.token_urlsafe(24)
 TIME_ARGS = ["--", str(TIME_BIN), "--local-timezone", "UTC"]
@@ -58,14 +57,6 @@ async def guard(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Serve
             yield guard
     finally:
         kill_marked(marker)
-
-
-@pytest.fixture(autouse=True)
-def guard_log(guard: ServerProcess) -> Iterator[None]:
-    """Shows what the guard wrote to stderr during the test when it fails."""
-    start = len(guard.stderr_text())
-    yield
-    print(f"--- guard stderr during the test ---\n{guard.stderr_text()[start:]}", file=sys.stderr)
 
 
 def bearer(token: str = TOKEN) -> dict[str, str]:

@@ -2,16 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from pathlib import Path
-
 import anyio
 import httpx2
 import pytest
-from mcp import types
 from mcp.shared.exceptions import MCPError
 
-from tests.harness import MARKER, texts, verdict
+from tests.harness import MARKER, action, texts
 from tests.http_harness import (
     EVERYTHING_BIN,
     HANDSHAKE_VERSION,
@@ -31,20 +27,6 @@ pytestmark = [pytest.mark.e2e, pytest.mark.anyio]
 RESET_AFTER_SECONDS = 2
 EVERYTHING_ARGS = ["--stateless", "--", str(EVERYTHING_BIN), "stdio"]
 ECHO = {"message": "again"}
-
-
-@pytest.fixture
-def rig(tmp_path: Path, process_marker: str) -> Iterator[Rig]:
-    """The test's servers; their output is shown when it fails."""
-    rig = Rig(tmp_path, process_marker)
-    yield rig
-    rig.report()
-
-
-def action(result: types.CallToolResult) -> str | None:
-    """The guard's verdict action on a result, None where it added none."""
-    found = verdict(result)
-    return None if found is None else found["action"]
 
 
 async def echo(client: HttpSession, times: int = 1) -> list[str | None]:

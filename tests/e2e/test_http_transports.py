@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from pathlib import Path
 
 import anyio
 import httpx2
@@ -13,7 +12,7 @@ from mcp import Client, types
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
 
-from tests.harness import MARKER, texts, verdict
+from tests.harness import MARKER, action, texts
 from tests.http_harness import (
     EVERYTHING_BIN,
     HANDSHAKE_VERSION,
@@ -32,20 +31,6 @@ pytestmark = [pytest.mark.e2e, pytest.mark.anyio]
 EVERYTHING_ARGS = ["--", str(EVERYTHING_BIN), "stdio"]
 ECHO = {"message": "again"}
 RESET_AFTER_SECONDS = 2
-
-
-@pytest.fixture
-def rig(tmp_path: Path, process_marker: str) -> Iterator[Rig]:
-    """The test's servers; their output is shown when it fails."""
-    rig = Rig(tmp_path, process_marker)
-    yield rig
-    rig.report()
-
-
-def action(result: types.CallToolResult) -> str | None:
-    """The guard's verdict action on a result, None where it added none."""
-    found = verdict(result)
-    return None if found is None else found["action"]
 
 
 @asynccontextmanager

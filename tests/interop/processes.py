@@ -19,19 +19,16 @@ from pathlib import Path
 
 import anyio
 import anyio.abc
-import httpx2
 import psutil
 
 from tests.harness import describe, marked_processes, server_environment
+from tests.http_harness import PortTakenError, wait_answering
 
 LOCALHOST = "127.0.0.1"
-START_LIMIT = 30.0
-"""Seconds a server may take to answer its readiness probe."""
 STOP_LIMIT = 10.0
 """Seconds a server may take to exit after SIGTERM before its process group is killed."""
 GONE_LIMIT = 10.0
 """Seconds every process of a test may take to be gone once the test has stopped them."""
-POLL_INTERVAL = 0.05
 
 Launch = Callable[[int], Sequence[str]]
 """Given a free port: the argv of a server that listens on it."""
@@ -61,10 +58,6 @@ class Served:
     def output(self) -> str:
         """What the server (and the children sharing its stderr) wrote so far."""
         return self.log.read_text(encoding="utf-8", errors="replace") if self.log.exists() else ""
-
-
-class PortTakenError(Exception):
-    """Another process bound the port between the pick and the server's bind."""
 
 
 @dataclass
@@ -118,7 +111,7 @@ class Processes:
                 )
             served = Served(name, process, port, log)
             try:
-                await _wait_ready(served, ready_path, accept)
+                await wait_answering(served.url(ready_path), served.process, served.output, accept)
             except PortTakenError:
                 await self.stop(served)
                 if attempt == attempts:
@@ -168,21 +161,3 @@ class Processes:
         for path in self.logs:
             if path.exists() and (text := path.read_text(encoding="utf-8", errors="replace")):
                 print(f"--- {path.name} ---\n{text}", file=sys.stderr)
-
-
-async def _wait_ready(served: Served, path: str, accept: Callable[[int], bool]) -> None:
-    """Polls path until the server answers an accepted status; fails at once if the process exits."""
-    url = served.url(path)
-    async with httpx2.AsyncClient(timeout=2) as client:
-        with anyio.fail_after(START_LIMIT):
-            while True:
-                if served.process.returncode is not None:
-                    text = served.output()
-                    if "address already in use" in text.lower():
-                        raise PortTakenError(text)
-                    raise AssertionError(f"{served.name} exited with {served.process.returncode}:\n{text}")
-                with suppress(httpx2.TransportError):
-                    response = await client.get(url)
-                    if accept(response.status_code):
-                        return
-                await anyio.sleep(POLL_INTERVAL)

@@ -20,7 +20,7 @@ import anyio
 import anyio.abc
 import psutil
 
-from tests.harness import describe, exit_status, guard_command, read_json_lines, server_environment, stop_process
+from tests.harness import describe, exit_status, read_json_lines, spawn_guard
 
 PROTOCOL_VERSION = "2025-11-25"
 """The handshake-era protocol version the raw client asks for."""
@@ -248,14 +248,7 @@ async def open_raw_guard(
 ) -> AsyncIterator[RawGuard]:
     """Starts the guard in front of command and yields a raw client on its stdio, initialized unless told not to."""
     async with AsyncExitStack() as stack:
-        errlog = stack.enter_context(stderr.open("a", encoding="utf-8"))
-        process = await anyio.open_process(
-            guard_command(command, guard_args),
-            env=server_environment(marker, env),
-            stderr=errlog,
-            start_new_session=True,
-        )
-        stack.push_async_callback(stop_process, process)
+        process = await spawn_guard(stack, command, guard_args, marker=marker, env=env, stderr=stderr)
         guard = RawGuard(process=process, stderr=stderr, marker=marker)
         task_group = await stack.enter_async_context(anyio.create_task_group())
         stack.callback(task_group.cancel_scope.cancel)
