@@ -123,6 +123,17 @@ async def call(session: ClientSession, name: str = "echo", arguments: dict[str, 
         return await session.call_tool(name, ECHO if arguments is None else arguments)
 
 
+LONE_GUARD_VERDICTS = [
+    (False, 0, None, None, None, None),
+    (False, 0, None, None, None, None),
+    (False, 1, "warn", 3, 3, 5),
+    (False, 1, "warn", 4, 3, 5),
+    (True, 1, "block", 5, 3, 5),
+    (True, 1, "block", 6, 3, 5),
+]
+"""What :func:`judged` gives for six identical echo calls through one guard with default thresholds."""
+
+
 def judged(result: types.CallToolResult) -> tuple[bool, int, str | None, int | None, int | None, int | None]:
     """isError, the number of guard texts, and the verdict's action, streak, warn and block thresholds."""
     found = verdict(result) or {}
@@ -180,14 +191,7 @@ async def test_loop_warned_then_refused(chains: Chains, chain: str) -> None:
     """Six identical calls through the chain: warned at the 3rd and 4th, refused at the 5th and 6th, one note each."""
     async with chains.session(chain) as session:
         results = [await call(session) for _ in range(6)]
-    assert [judged(result) for result in results] == [
-        (False, 0, None, None, None, None),
-        (False, 0, None, None, None, None),
-        (False, 1, "warn", 3, 3, 5),
-        (False, 1, "warn", 4, 3, 5),
-        (True, 1, "block", 5, 3, 5),
-        (True, 1, "block", 6, 3, 5),
-    ]
+    assert [judged(result) for result in results] == LONE_GUARD_VERDICTS
     assert texts(results[2])[0] == "Echo: hi"
 
 
@@ -227,12 +231,5 @@ async def test_inner_verdicts_reach_client_unchanged(chains: Chains, chain: str,
         alone = [await call(lone.session) for _ in range(6)]
     async with chains.session(chain, outer=outer) as session:
         through = [await call(session) for _ in range(6)]
-    assert [judged(result) for result in through] == [
-        (False, 0, None, None, None, None),
-        (False, 0, None, None, None, None),
-        (False, 1, "warn", 3, 3, 5),
-        (False, 1, "warn", 4, 3, 5),
-        (True, 1, "block", 5, 3, 5),
-        (True, 1, "block", 6, 3, 5),
-    ]
+    assert [judged(result) for result in through] == LONE_GUARD_VERDICTS
     assert [wire(result) for result in through] == [wire(result) for result in alone]
