@@ -10,7 +10,7 @@ from benchmarks.detector_memory import graph_size
 from hypothesis import given
 from hypothesis import strategies as st
 
-from mcp_loop_guard.core import Action, LoopDetector, Policy, Verdict
+from mcp_loop_guard.core import Action, Family, LoopDetector, Policy, Verdict
 
 ARGS: Mapping[str, Any] = MappingProxyType({"path": "/etc/hosts"})
 
@@ -327,29 +327,57 @@ def test_warning_names_the_first_refused_call_number() -> None:
     assert "next identical call will be refused" in (reasons[4] or "")
 
 
-def test_batch_calls_do_not_advance_a_streak_among_themselves() -> None:
-    """Five identical calls in flight together count once, when the batch completes."""
+def test_identical_calls_in_one_batch_count_like_a_streak() -> None:
+    """Five identical calls in flight together: the 3rd and 4th are warned, the 5th refused at once."""
     detector = LoopDetector(Policy())
-    tickets = [detector.begin("read_file", ARGS, 0.0)[0] for _ in range(5)]
-    verdicts = [detector.finish(t, SAME, 0.0) for t in tickets if t is not None]
-    assert [v.action for v in verdicts] == [ALLOW] * 5
-    assert [v.streak for v in verdicts] == [0, 0, 0, 0, 1]
-    ticket, _ = detector.begin("read_file", ARGS, 1.0)
-    assert ticket is not None
-    assert detector.finish(ticket, SAME, 1.0).streak == 2
+    begun = [detector.begin("read_file", ARGS, 0.0) for _ in range(5)]
+    assert [verdict.action for _, verdict in begun] == [ALLOW, ALLOW, ALLOW, ALLOW, BLOCK]
+    assert begun[4][1].family is Family.BURST
+    assert begun[4][1].reason is not None
+    assert "copy #5" in begun[4][1].reason
+    verdicts = [detector.finish(t, SAME, 0.0) for t, _ in begun if t is not None]
+    assert [v.action for v in verdicts] == [ALLOW, ALLOW, WARN, WARN]
+    ticket, verdict = detector.begin("read_file", ARGS, 1.0)
+    assert ticket is None
+    assert verdict.action is BLOCK
+    assert verdict.streak == 5
 
 
-def test_batch_calls_are_judged_against_the_state_before_the_batch() -> None:
-    """At streak 3, three identical parallel calls all pass; only the last to finish warns."""
+def test_batch_calls_are_judged_with_the_streak_before_the_batch() -> None:
+    """At streak 3, a batch of three identical calls: the first runs, the copies reach the block count."""
     session = Session()
     session.actions(3)
     detector = session.detector
-    tickets = [detector.begin("read_file", ARGS, 0.0) for _ in range(3)]
-    assert [verdict.action for _, verdict in tickets] == [ALLOW] * 3
-    verdicts = [detector.finish(t, SAME, 0.0) for t, _ in tickets if t is not None]
-    assert [v.action for v in verdicts] == [ALLOW, ALLOW, WARN]
-    assert verdicts[-1].streak == 4
-    assert session.call().action is BLOCK
+    begun = [detector.begin("read_file", ARGS, 0.0) for _ in range(3)]
+    assert [verdict.action for _, verdict in begun] == [ALLOW, BLOCK, BLOCK]
+    assert [verdict.streak for _, verdict in begun] == [0, 5, 6]
+    ticket = begun[0][0]
+    assert ticket is not None
+    assert detector.finish(ticket, SAME, 0.0).action is WARN
+    assert session.call().action is ABORT
+
+
+def test_distinct_calls_in_a_batch_do_not_advance_a_streak() -> None:
+    """A batch of different calls adds only its last-completing result to the sequence."""
+    session = Session()
+    session.actions(2)
+    detector = session.detector
+    tickets = [detector.begin("read_file", {"path": f"notes/{i}.txt"}, 0.0)[0] for i in range(6)]
+    verdicts = [detector.finish(t, text(f"file {i}"), 0.0) for i, t in enumerate(tickets) if t is not None]
+    assert {v.action for v in verdicts} == {ALLOW}
+    assert session.call().streak == 1
+
+
+def test_a_call_after_one_of_the_batch_completed_starts_a_new_batch() -> None:
+    """With a long call in flight, identical calls made one after another still form a streak."""
+    detector = LoopDetector(Policy())
+    slow, _ = detector.begin("run_build", {}, 0.0)
+    assert slow is not None
+    actions = []
+    for i in range(1, 8):
+        ticket, verdict = detector.begin("read_file", ARGS, float(i))
+        actions.append(verdict.action if ticket is None else detector.finish(ticket, SAME, float(i)).action)
+    assert actions == [ALLOW, ALLOW, WARN, WARN, BLOCK, BLOCK, ABORT]
 
 
 def test_batch_refuses_a_call_that_was_already_at_the_limit() -> None:
@@ -401,7 +429,7 @@ def test_an_ignored_error_ending_a_batch_is_invisible() -> None:
     assert first is not None
     assert last is not None
     detector.finish(first, SAME, 0.0)
-    assert detector.finish(last, text("boom", error=True), 0.0).streak == 0
+    assert detector.finish(last, text("boom", error=True), 0.0).family is Family.BURST
     assert session.call().streak == 4
 
 

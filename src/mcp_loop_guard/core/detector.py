@@ -1,210 +1,509 @@
-"""The loop detector: one per downstream session, fed with every tool call and result.
+"""The loop detector: pure functions folding one agent's calls into its :class:`State`.
 
-The proxy calls :meth:`LoopDetector.begin` before forwarding a call, then exactly one of
-:meth:`LoopDetector.finish` (the upstream answered) or :meth:`LoopDetector.abandon` (no
-answer: error, cancellation, upstream gone). Time comes in as ``now``; nothing here reads a
-clock, so every rule can be tested without sleeping.
+The proxy calls :func:`begin` before forwarding a call, then exactly one of :func:`finish`
+(the upstream answered: a result or a JSON-RPC error) or :func:`abandon` (no answer:
+cancellation, upstream gone). Time comes in as ``now``; nothing here reads a clock or does
+I/O, so every rule can be tested without sleeping, and a state store can re-run a fold.
 
-Calls that overlap in flight form a batch (one model response asking for several tools).
-While a batch is open the sequential state does not move: each new call is judged against
-the state before the batch, and when the last call of the batch ends, only the
-last-completing visible result is compared with that state. A lone call is a batch of one.
+Calls that start before any call of the current batch has completed form a batch (one model
+response asking for several tools). Inside a batch, identical calls count like a streak
+(a burst); distinct ones never advance a streak: when the batch ends, only its
+last-completing result joins the sequence, counted once per member that completed with the
+same call and result. A lone call is a batch of one.
 
-With several upstream servers, each tool may follow its own server's policy (``policy_for``):
-thresholds, ignore lists, ``ignore_errors`` and ``enabled`` come from it, while the request
-window (``reset_after_seconds``) and the refusal count that ends the session
-(``abort_threshold``, ``use_terminate``) stay the session's. There is one streak per session:
-a visible call to any other tool, on any server, ends it.
-
-State is a handful of scalars and digests; it does not grow with the number of calls.
+Sequential rules look at that sequence: a call equal (call and result) to the call one period
+earlier repeats a cycle, period 1 being identical calls; the same error from one tool whatever
+its arguments; the same result from one tool for different arguments. Side effects count
+identical calls of destructive, non-idempotent tools whatever their results.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from hashlib import sha256
+from typing import Any, Final
 
-from mcp_loop_guard.core.fingerprint import call_key, result_key
-from mcp_loop_guard.core.model import Action, CallKey, ResultKey, Verdict
+from mcp_loop_guard.core import wording
+from mcp_loop_guard.core.fingerprint import call_key, canonical_json, result_key
+from mcp_loop_guard.core.model import Action, Family, Mode, Verdict
 from mcp_loop_guard.core.policy import Policy
+from mcp_loop_guard.core.state import (
+    DIGEST,
+    MAX_BATCHES,
+    MAX_EFFECTS,
+    MAX_MEMBERS,
+    Batch,
+    Entry,
+    ErrorStreak,
+    SameResult,
+    State,
+)
 
-__all__ = ["LoopDetector", "Ticket"]
+__all__ = [
+    "MARK_TTL_SECONDS",
+    "Call",
+    "LoopDetector",
+    "Outcome",
+    "Ticket",
+    "abandon",
+    "begin",
+    "call_of",
+    "error_outcome",
+    "finish",
+    "outcome_of",
+    "take_over",
+]
+
+MARK_TTL_SECONDS: Final = 900.0
+"""A batch with no member begun or ended for this long was left by a process that died mid-call."""
+
+
+@dataclass(frozen=True, slots=True)
+class Call:
+    """What the detector sees of a call before it is forwarded."""
+
+    tool: str
+    key: str
+    """16-hex fingerprint of tool and arguments."""
+    side_effect: bool = False
+    """The tool is annotated destructive and not idempotent."""
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    """What the detector sees of an answer: a result's fingerprint, or an error's."""
+
+    key: str
+    error: bool = False
 
 
 @dataclass(frozen=True, slots=True)
 class Ticket:
-    """One forwarded call in flight; hand it back to ``finish`` or ``abandon`` once."""
+    """One forwarded call in flight; hand it back to :func:`finish` or :func:`abandon` once."""
 
-    tool: str
-    call: CallKey
     batch: int
-    slot: int
+    tool: str
+    call: str
+    policy: Policy
+    owed: tuple[Family, int, Action, str] | None = None
+    """A verdict judged at begin and delivered with the result: (family, count, action, reason)."""
+
+
+def call_of(tool: str, arguments: Mapping[str, Any] | None, *, side_effect: bool = False) -> Call:
+    """The detector's view of a call."""
+    return Call(tool, call_key(tool, arguments)[:DIGEST], side_effect)
+
+
+def outcome_of(result: Mapping[str, Any], policy: Policy) -> Outcome:
+    """The detector's view of a ``tools/call`` result in wire form, scrubbed as the policy says."""
+    return Outcome(result_key(policy.scrub.apply(result))[:DIGEST], result.get("isError") is True)
+
+
+def error_outcome(code: object, message: object) -> Outcome:
+    """The detector's view of a JSON-RPC error answering a call: an error result like any other."""
+    return Outcome(sha256(canonical_json(["jsonrpc-error", code, message])).hexdigest()[:DIGEST], error=True)
+
+
+def _allow(state: State, tool: str, streak: int = 0) -> Verdict:
+    return Verdict(Action.ALLOW, tool, streak, blocks=state.blocks)
+
+
+def begin(state: State, call: Call, policy: Policy, session: Policy, now: float) -> tuple[Ticket | None, Verdict]:
+    """Judge a call before it is forwarded.
+
+    Returns ALLOW with a ticket (None when the call is invisible to the detector), or, in
+    enforce mode, BLOCK/ABORT without one: the call must then not reach the upstream, and the
+    verdict's reason is the refusal to hand to the model.
+    """
+    if not policy.active or policy.ignores(call.tool):
+        return None, _allow(state, call.tool)
+    _size(state, session)
+    _expire(state, session, now)
+    if not state.batches:
+        _close_idle_window(state, session, now)
+    batch = state.batches[-1] if state.batches and not state.batches[-1].closed else None
+    copies = batch.members.get(call.key, 0) if batch is not None and policy.burst_detection else 0
+    found = _refusal(state, call, policy, copies)
+    owed: tuple[Family, int, Action, str] | None = None
+    if found is not None:
+        family, count, cycle = found
+        if session.mode is Mode.ENFORCE:
+            return None, _refuse(state, call, family, count, cycle, batch, session, now)
+        action = _count_refusal(state, session) if session.mode is Mode.SHADOW else Action.WARN
+        text = wording.refusal(family, call.tool, count, cycle)
+        if session.mode is Mode.WARN:
+            text = wording.held_back(family, call.tool, count, cycle)
+        elif action is Action.ABORT:
+            text += wording.ABORTING
+        owed = (family, count, action, text)
+    if batch is None:
+        batch = _open_batch(state, session)
+    if len(batch.members) < MAX_MEMBERS or call.key in batch.members:
+        batch.members[call.key] = batch.members.get(call.key, 0) + 1
+    batch.live += 1
+    batch.touched = now
+    if owed is None and copies:
+        owed = _burst_warning(state, call, policy, copies)
+    if call.side_effect and policy.trust_annotations and policy.side_effect_warn_threshold:
+        count = _count_effect(state, call.key)
+        if owed is None and count >= policy.side_effect_warn_threshold:
+            text = wording.warning(Family.SIDE_EFFECT, call.tool, count, policy.side_effect_block_threshold)
+            owed = (Family.SIDE_EFFECT, count, Action.WARN, text)
+    ticket = Ticket(batch.id, call.tool, call.key, policy, owed)
+    if owed is not None and session.mode is Mode.SHADOW and owed[2] >= Action.BLOCK:
+        return ticket, Verdict(Action.ALLOW, call.tool, owed[1], owed[3], state.blocks, owed[0], shadow=owed[2])
+    return ticket, _allow(state, call.tool)
+
+
+def finish(state: State, ticket: Ticket, outcome: Outcome, session: Policy, now: float) -> Verdict:
+    """Judge the upstream's answer for a forwarded call: ALLOW or WARN (shadow: ALLOW, with ``shadow``).
+
+    Inside a batch only the call that completes it is judged by the sequential rules; the
+    others get only what was judged for them at begin (burst, side effect). An ``isError``
+    result is invisible when the policy ignores errors. A stale ticket changes nothing.
+    """
+    _size(state, session)
+    batch = _find(state, ticket.batch)
+    if batch is None or batch.live <= 0:
+        return _allow(state, ticket.tool)
+    policy = ticket.policy
+    visible = not (policy.ignore_errors and outcome.error)
+    entry = Entry(ticket.tool, ticket.call, outcome.key, outcome.error)
+    if visible:
+        batch.last = entry
+        done = ticket.call + outcome.key
+        if policy.burst_detection and (len(batch.done) < MAX_MEMBERS or done in batch.done):
+            batch.done[done] = batch.done.get(done, 0) + 1
+    batch.live -= 1
+    batch.closed = True
+    batch.touched = now
+    judged: tuple[Family, int, Action, str] | None = ticket.owed
+    streak = 0
+    if batch.live == 0:
+        settled = _settle(state, batch, session, now)
+        if visible and settled is entry:
+            streak, warning = _sequential_warning(state, entry, policy)
+            if warning is not None and (judged is None or judged[2] < Action.BLOCK):
+                judged = warning
+    if judged is None:
+        return _allow(state, ticket.tool, streak)
+    family, count, action, text = judged
+    if session.mode is Mode.SHADOW:
+        return Verdict(Action.ALLOW, ticket.tool, count, text, state.blocks, family, shadow=max(action, Action.WARN))
+    state.last_verdict = f"warn:{family.value}:{ticket.tool}"
+    return Verdict(Action.WARN, ticket.tool, count, text, state.blocks, family)
+
+
+def abandon(state: State, ticket: Ticket, session: Policy, now: float) -> None:
+    """Release a forwarded call that ended without an answer; no pattern moves for it."""
+    batch = _find(state, ticket.batch)
+    if batch is None or batch.live <= 0:
+        return
+    batch.live -= 1
+    batch.closed = True
+    batch.touched = now
+    if batch.live == 0:
+        _settle(state, batch, session, now)
+
+
+def take_over(state: State, session: Policy, now: float) -> None:
+    """A guard continuing the state of one that has exited: its calls in flight will never end."""
+    for batch in list(state.batches):
+        _settle(state, batch, session, now)
+
+
+# --- refusals ---------------------------------------------------------------------------------
+
+
+def _refusal(state: State, call: Call, policy: Policy, copies: int) -> tuple[Family, int, tuple[str, ...]] | None:
+    """(family, count, cycle tools) when this call must be refused, else None."""
+    history, runs = state.history, state.runs
+    base = runs[0] + 1 if history and history[-1].call == call.key else 0
+    identical = base + copies + 1
+    if identical >= policy.block_threshold:
+        return (Family.BURST if copies and not base else Family.IDENTICAL), identical, ()
+    for period in range(2, min(policy.cycle_max_period, len(runs), len(history)) + 1):
+        run = runs[period - 1] + 1
+        if history[-period].call == call.key and _is_cycle(history, period, run):
+            count = _cycle_count(run, period)
+            if count >= policy.block_threshold:
+                return Family.CYCLE, count, tuple(entry.tool for entry in history[-period:])
+    if (
+        call.side_effect
+        and policy.trust_annotations
+        and policy.side_effect_block_threshold
+        and state.effects.get(call.key, 0) + 1 >= policy.side_effect_block_threshold
+    ):
+        return Family.SIDE_EFFECT, state.effects.get(call.key, 0) + 1, ()
+    error = state.error
+    if (
+        error is not None
+        and error.tool == call.tool
+        and policy.same_error_block_threshold
+        and not policy.ignore_errors
+        and error.count + 1 >= policy.same_error_block_threshold
+    ):
+        return Family.SAME_ERROR, error.count + 1, ()
+    same = state.same
+    if (
+        same is not None
+        and same.tool == call.tool
+        and same.last_call != call.key
+        and policy.same_result_block_threshold
+        and same.distinct + 1 >= policy.same_result_block_threshold
+    ):
+        return Family.SAME_RESULT, same.distinct + 1, ()
+    return None
+
+
+def _count_refusal(state: State, session: Policy) -> Action:
+    state.blocks += 1
+    if session.use_terminate or state.blocks >= session.abort_threshold:
+        return Action.ABORT
+    return Action.BLOCK
+
+
+def _refuse(  # noqa: PLR0917 - the pieces of one refusal, all needed
+    state: State,
+    call: Call,
+    family: Family,
+    count: int,
+    cycle: tuple[str, ...],
+    batch: Batch | None,
+    session: Policy,
+    now: float,
+) -> Verdict:
+    """Count a refusal and word it; ABORT once the window has seen enough of them (session rules).
+
+    A refused call keeps its place: in the sequence it stands for the result it would have
+    repeated, so the same call stays refused until something changes; inside a batch it
+    counts as one more copy.
+    """
+    action = _count_refusal(state, session)
+    if batch is not None:
+        if call.key in batch.members:
+            batch.members[call.key] += 1
+        batch.touched = now
+    elif family in {Family.IDENTICAL, Family.CYCLE}:
+        period = len(cycle) or 1
+        assumed = state.history[-period]
+        _fold(state, Entry(call.tool, call.key, assumed.result, assumed.error), 1)
+    elif family is Family.SAME_ERROR and state.error is not None:
+        state.error.count += 1
+    if not state.batches:
+        state.idle_since = now
+    reason = wording.refusal(family, call.tool, count, cycle)
+    if action is Action.ABORT:
+        reason += wording.ABORTING
+    state.last_verdict = f"{action.name.lower()}:{family.value}:{call.tool}"
+    return Verdict(action, call.tool, count, reason, state.blocks, family)
+
+
+def _burst_warning(state: State, call: Call, policy: Policy, copies: int) -> tuple[Family, int, Action, str] | None:
+    history, runs = state.history, state.runs
+    base = runs[0] + 1 if history and history[-1].call == call.key else 0
+    count = base + copies + 1
+    if count < policy.warn_threshold:
+        return None
+    text = wording.warning(Family.BURST, call.tool, count, policy.block_threshold)
+    return Family.BURST, count, Action.WARN, text
+
+
+def _count_effect(state: State, key: str) -> int:
+    count = state.effects.pop(key, 0) + 1
+    state.effects[key] = count  # most recent last
+    while len(state.effects) > MAX_EFFECTS:
+        del state.effects[next(iter(state.effects))]
+    return count
+
+
+# --- the sequence -----------------------------------------------------------------------------
+
+
+def _is_cycle(history: list[Entry], period: int, run: int) -> bool:
+    """A cycle has repeated in full at least once, and is made of different calls.
+
+    One call repeated with alternating results is polling, not a cycle.
+    """
+    if run < period:
+        return False
+    first = history[-period].call
+    return any(entry.call != first for entry in history[-period:])
+
+
+def _cycle_count(run: int, period: int) -> int:
+    """Occurrences of one position of a cycle: 1 + ceil(run / period) (period 1: the streak)."""
+    return 1 + -(-run // period)
+
+
+def _fold(state: State, entry: Entry, copies: int) -> None:
+    """Append one call (completed ``copies`` times identically) to the sequence; move every pattern."""
+    history, runs = state.history, state.runs
+    for period in range(1, len(runs) + 1):
+        step = copies if period == 1 else 1
+        if len(history) >= period and history[-period].same(entry):
+            runs[period - 1] += step
+        else:
+            runs[period - 1] = step - 1
+    history.append(entry)
+    del history[: -len(runs)]
+    if entry.error:
+        error = state.error
+        if error is not None and error.tool == entry.tool and error.result == entry.result:
+            error.count += copies
+        else:
+            state.error = ErrorStreak(entry.tool, entry.result, copies)
+        state.same = None
+        return
+    state.error = None
+    same = state.same
+    if same is not None and same.tool == entry.tool and same.result == entry.result:
+        same.count += copies
+        same.distinct += same.last_call != entry.call
+        same.last_call = entry.call
+    else:
+        state.same = SameResult(entry.tool, entry.result, copies, entry.call, distinct=1)
+
+
+def _sequential_warning(
+    state: State, entry: Entry, policy: Policy
+) -> tuple[int, tuple[Family, int, Action, str] | None]:
+    """(streak, warning or None) for the call whose result was just folded in."""
+    runs = state.runs
+    best_count, best_period = 1 + runs[0], 1
+    for period in range(2, min(policy.cycle_max_period, len(runs)) + 1):
+        if _is_cycle(state.history, period, runs[period - 1]):
+            count = _cycle_count(runs[period - 1], period)
+            if count > best_count:
+                best_count, best_period = count, period
+    if best_count >= policy.warn_threshold:
+        cycle: tuple[str, ...] = ()
+        family = Family.IDENTICAL
+        if best_period > 1:
+            family, cycle = Family.CYCLE, tuple(e.tool for e in state.history[-best_period:])
+        if best_count >= policy.block_threshold:  # only where refusals are held back (warn, shadow)
+            text = wording.held_back(family, entry.tool, best_count, cycle)
+            return best_count, (family, best_count, Action.WARN, text)
+        text = wording.warning(family, entry.tool, best_count, policy.block_threshold, cycle)
+        return best_count, (family, best_count, Action.WARN, text)
+    error = state.error
+    if (
+        entry.error
+        and error is not None
+        and policy.same_error_warn_threshold
+        and not policy.ignore_errors
+        and error.count >= policy.same_error_warn_threshold
+        and error.count > best_count
+    ):
+        text = wording.warning(Family.SAME_ERROR, entry.tool, error.count, policy.same_error_block_threshold)
+        return best_count, (Family.SAME_ERROR, error.count, Action.WARN, text)
+    same = state.same
+    if same is not None and policy.same_result_warn_threshold and same.distinct >= policy.same_result_warn_threshold:
+        text = wording.warning(Family.SAME_RESULT, entry.tool, same.distinct, policy.same_result_block_threshold)
+        return best_count, (Family.SAME_RESULT, same.distinct, Action.WARN, text)
+    return best_count, None
+
+
+# --- batches and windows ----------------------------------------------------------------------
+
+
+def _size(state: State, session: Policy) -> None:
+    """Fit the remembered sequence to the session's longest cycle (a new state, or new settings)."""
+    wanted = session.cycle_max_period
+    if len(state.runs) != wanted:
+        state.runs = (state.runs + [0] * wanted)[:wanted]
+        del state.history[:-wanted]
+
+
+def _find(state: State, ident: int) -> Batch | None:
+    for batch in state.batches:
+        if batch.id == ident:
+            return batch
+    return None
+
+
+def _open_batch(state: State, session: Policy) -> Batch:
+    """A new batch. What earlier batches have completed joins the sequence first: a call made after
+    another one has completed saw that result, even while a long call of its batch is still running."""
+    while len(state.batches) >= MAX_BATCHES:
+        _settle(state, state.batches[0], session, state.batches[0].touched)
+    for earlier in state.batches:
+        if earlier.last is not None:
+            _fold(state, earlier.last, earlier.done.get(earlier.last.call + earlier.last.result, 1))
+            earlier.last = None
+            earlier.done.clear()
+    batch = Batch(state.next_batch)
+    state.next_batch += 1
+    state.batches.append(batch)
+    return batch
+
+
+def _settle(state: State, batch: Batch, session: Policy, now: float) -> Entry | None:
+    """End a batch: fold its last-completing result into the sequence. Returns that entry."""
+    state.batches.remove(batch)
+    entry = batch.last
+    if entry is not None:
+        _fold(state, entry, batch.done.get(entry.call + entry.result, 1))
+    if not state.batches:
+        state.idle_since = now
+    return entry
+
+
+def _expire(state: State, session: Policy, now: float) -> None:
+    for batch in list(state.batches):
+        if now - batch.touched >= MARK_TTL_SECONDS:
+            _settle(state, batch, session, batch.touched + MARK_TTL_SECONDS)
+
+
+def _close_idle_window(state: State, session: Policy, now: float) -> None:
+    """Start a new request window after ``reset_after_seconds`` with nothing going on."""
+    idle_since = state.idle_since
+    if idle_since is not None and now - idle_since >= session.reset_after_seconds:
+        state.blocks = 0
+        state.effects.clear()
+
+
+# --- an in-memory detector --------------------------------------------------------------------
 
 
 class LoopDetector:
-    """Streaks of identical (tool, arguments, result) calls, graded into verdicts."""
+    """One agent's state in memory, judged by the session policy and, per tool, ``policy_for``."""
 
-    __slots__ = (
-        "_batch",
-        "_blocks",
-        "_call",
-        "_idle_since",
-        "_in_flight",
-        "_next_slot",
-        "_pending",
-        "_policy",
-        "_policy_for",
-        "_refused",
-        "_result",
-        "_streak",
-    )
+    __slots__ = ("_policy", "_policy_for", "state")
 
-    def __init__(self, policy: Policy, policy_for: Callable[[str], Policy] | None = None) -> None:
-        """Start a session: no streak, no blocks, nothing in flight.
-
-        ``policy`` rules the session; ``policy_for(tool)``, when given, returns the policy
-        that judges calls to ``tool`` (its server's), and is asked on every call.
-        """
+    def __init__(
+        self, policy: Policy, policy_for: Callable[[str], Policy] | None = None, state: State | None = None
+    ) -> None:
+        """Start an agent (or continue ``state``); ``policy_for(tool)`` returns the policy of the tool's route."""
         self._policy = policy
         self._policy_for = policy_for
-        self._call: CallKey | None = None
-        """Call of the current streak (the last visible sequential result)."""
-        self._result: ResultKey | None = None
-        self._streak = 0
-        self._refused = 0
-        """Identical calls refused since the streak last changed."""
-        self._blocks = 0
-        """Refusals in the current request window."""
-        self._idle_since: float | None = None
-        """When the session last had nothing in flight; None before the first call."""
-        self._batch = 0
-        self._next_slot = 0
-        self._in_flight: set[int] = set()
-        """Slots of the current batch still in flight."""
-        self._pending: tuple[CallKey, ResultKey] | None = None
-        """Last-completing visible result of the current batch."""
+        self.state = state if state is not None else State()
+        _size(self.state, policy)
 
     @property
     def blocks(self) -> int:
         """Refusals in the current request window (for logs and metrics)."""
-        return self._blocks
+        return self.state.blocks
 
-    def begin(self, tool: str, arguments: Mapping[str, Any] | None, now: float) -> tuple[Ticket | None, Verdict]:
-        """Judge a call before it is forwarded.
-
-        Returns ALLOW with a ticket (None when the call is invisible to the detector), or
-        BLOCK/ABORT without one: the call must then not reach the upstream, and the
-        verdict's reason is the refusal to hand to the model.
-        """
-        policy = self._rules(tool)
-        if not policy.active or policy.ignores(tool):
-            return None, Verdict(Action.ALLOW, tool, 0, blocks=self._blocks)
-        key = call_key(tool, arguments)
-        if not self._in_flight:
-            self._close_idle_window(now)
-        if key == self._call and self._streak + 1 >= policy.block_threshold:
-            return None, self._refuse(tool, now)
-        if not self._in_flight:
-            self._batch += 1
-            self._next_slot = 0
-        slot = self._next_slot
-        self._next_slot += 1
-        self._in_flight.add(slot)
-        return Ticket(tool, key, self._batch, slot), Verdict(Action.ALLOW, tool, 0, blocks=self._blocks)
-
-    def finish(self, ticket: Ticket, result: Mapping[str, Any], now: float) -> Verdict:
-        """Judge the upstream's raw result for a forwarded call: ALLOW or WARN.
-
-        Inside a batch only the call that completes it can be warned; the others are ALLOW
-        with streak 0 (not compared). An ``isError`` result is invisible when errors are
-        ignored. Verdict streak 0 always means "not compared".
-        """
-        allow = Verdict(Action.ALLOW, ticket.tool, 0, blocks=self._blocks)
-        if not self._release(ticket):
-            return allow
-        visible = not (self._rules(ticket.tool).ignore_errors and result.get("isError") is True)
-        if visible:
-            self._pending = (ticket.call, result_key(result))
-        if self._in_flight:
-            return allow
-        self._idle_since = now
-        streak = self._settle()
-        if not visible:
-            return allow
-        return self._graded(ticket.tool, streak)
-
-    def abandon(self, ticket: Ticket, now: float) -> None:
-        """Release a forwarded call that ended without a result; no streak moves for it."""
-        if self._release(ticket) and not self._in_flight:
-            self._idle_since = now
-            self._settle()
-
-    def _rules(self, tool: str) -> Policy:
+    def rules(self, tool: str) -> Policy:
         """The policy that judges calls to ``tool``."""
         return self._policy if self._policy_for is None else self._policy_for(tool)
 
-    def _release(self, ticket: Ticket) -> bool:
-        """Free the ticket's slot; False for a stale or already released ticket."""
-        if ticket.batch != self._batch or ticket.slot not in self._in_flight:
-            return False
-        self._in_flight.discard(ticket.slot)
-        if not self._in_flight:
-            self._in_flight.clear()  # an emptied set keeps its grown table; clear() frees it
-        return True
+    def begin(
+        self, tool: str, arguments: Mapping[str, Any] | None, now: float, *, side_effect: bool = False
+    ) -> tuple[Ticket | None, Verdict]:
+        """See :func:`begin`."""
+        return begin(self.state, call_of(tool, arguments, side_effect=side_effect), self.rules(tool), self._policy, now)
 
-    def _close_idle_window(self, now: float) -> None:
-        """Start a new request window after ``reset_after_seconds`` with nothing going on."""
-        idle_since = self._idle_since
-        if idle_since is not None and now - idle_since >= self._policy.reset_after_seconds:
-            self._blocks = 0
+    def finish(self, ticket: Ticket, result: Mapping[str, Any], now: float) -> Verdict:
+        """See :func:`finish`; ``result`` is the raw result as the upstream sent it."""
+        return finish(self.state, ticket, outcome_of(result, ticket.policy), self._policy, now)
 
-    def _settle(self) -> int:
-        """Fold the batch's last visible result into the streak; return the new streak."""
-        pending = self._pending
-        if pending is None:
-            return self._streak
-        self._pending = None
-        call, result = pending
-        if call == self._call and result == self._result:
-            self._streak += 1
-        else:
-            self._call, self._result, self._streak = call, result, 1
-        self._refused = 0
-        return self._streak
+    def finish_error(self, ticket: Ticket, code: object, message: object, now: float) -> Verdict:
+        """See :func:`finish`, for a call answered with a JSON-RPC error."""
+        return finish(self.state, ticket, error_outcome(code, message), self._policy, now)
 
-    def _graded(self, tool: str, streak: int) -> Verdict:
-        """ALLOW, or WARN with the model-visible warning once the streak reaches warn."""
-        policy = self._rules(tool)
-        if not policy.warn_threshold <= streak < policy.block_threshold:
-            return Verdict(Action.ALLOW, tool, streak, blocks=self._blocks)
-        if streak == policy.block_threshold - 1:
-            when = "The next identical call will be refused."
-        else:
-            when = f"Identical calls will be refused from call #{policy.block_threshold}."
-        reason = (
-            f"Loop guard warning: `{tool}` has now been called {streak} times in a row with the "
-            f"same arguments and returned the same result each time. {when} Change your "
-            "approach (another tool or other arguments), or give your final answer if you "
-            "already have what you need."
-        )
-        return Verdict(Action.WARN, tool, streak, reason, self._blocks)
-
-    def _refuse(self, tool: str, now: float) -> Verdict:
-        """Count a refusal and word it; ABORT once the window has seen enough of them (session rules)."""
-        policy = self._policy
-        self._refused += 1
-        self._blocks += 1
-        if not self._in_flight:
-            self._idle_since = now
-        number = self._streak + self._refused
-        reason = (
-            f"Refused by the loop guard: this is identical call #{number} to `{tool}`. The "
-            f"last {self._streak} identical calls (same tool, same arguments) all returned "
-            "the same result, so this call was not run. Do not repeat it: change the tool, "
-            "the arguments or your approach, or give your final answer with what you have."
-        )
-        if policy.use_terminate or self._blocks >= policy.abort_threshold:
-            reason += " The loop guard is closing this session now to stop the loop."
-            return Verdict(Action.ABORT, tool, number, reason, self._blocks)
-        return Verdict(Action.BLOCK, tool, number, reason, self._blocks)
+    def abandon(self, ticket: Ticket, now: float) -> None:
+        """See :func:`abandon`."""
+        abandon(self.state, ticket, self._policy, now)

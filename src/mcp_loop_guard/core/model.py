@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from enum import IntEnum
+from enum import IntEnum, StrEnum
 from typing import NewType
 
 CallKey = NewType("CallKey", str)
@@ -22,20 +22,59 @@ class Action(IntEnum):
     ABORT = 3
 
 
+class Family(StrEnum):
+    """The shape of loop a verdict is about; its value is the name used in logs, metrics and traces."""
+
+    IDENTICAL = "identical"
+    """The same call with the same result, again and again."""
+    CYCLE = "cycle"
+    """A sequence of 2 to N calls repeating with the same results (A-B-A-B)."""
+    SAME_ERROR = "same_error"
+    """One tool failing with the same error whatever arguments it is given."""
+    SAME_RESULT = "same_result"
+    """One tool returning the same result for different arguments."""
+    BURST = "burst"
+    """One model response asking for the same call many times at once."""
+    SIDE_EFFECT = "side_effect"
+    """A destructive, non-idempotent tool called again with identical arguments."""
+    BUDGET = "budget"
+    """A configured call budget ran out."""
+
+
+class Mode(StrEnum):
+    """What the guard does with its verdicts."""
+
+    ENFORCE = "enforce"
+    """Warnings, refusals and aborts as judged."""
+    WARN = "warn"
+    """Never refuse or abort: a call that would be refused is forwarded with a warning."""
+    SHADOW = "shadow"
+    """Change nothing the model sees; verdicts go to logs, metrics and the event log only."""
+
+
 @dataclass(frozen=True, slots=True)
 class Verdict:
     """What the proxy must do with one call or result.
 
-    ``reason`` is model-visible text for WARN, BLOCK and ABORT; None for ALLOW.
+    ``reason`` is model-visible text for WARN, BLOCK and ABORT; None for ALLOW. In shadow mode
+    ``action`` is ALLOW and ``shadow`` holds what enforce mode would have done.
     """
 
     action: Action
     tool: str
     streak: int
-    """Identical (tool, arguments, result) calls in a row, counting this one."""
+    """How many times the family's pattern has now repeated, counting this call (0: not compared)."""
     reason: str | None = None
     blocks: int = 0
     """Refusals so far in the current request window."""
+    family: Family | None = None
+    shadow: Action = Action.ALLOW
+    """Shadow mode: the action enforce mode would have taken."""
+
+    @property
+    def judged(self) -> Action:
+        """The action the rules chose, whatever the mode did with it (for logs, metrics and replay)."""
+        return max(self.action, self.shadow)
 
 
 ALLOWED = Verdict(Action.ALLOW, "", 0)

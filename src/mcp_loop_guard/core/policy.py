@@ -5,13 +5,24 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from fnmatch import fnmatchcase
 
+from mcp_loop_guard.core.model import Mode
+from mcp_loop_guard.core.scrub import ScrubRules
+
+MAX_CYCLE_PERIOD = 8
+"""The longest cycle the state can remember; each period costs one remembered call."""
+
 
 @dataclass(frozen=True, slots=True)
 class Policy:
-    """Thresholds and switches; defaults are those of the reference design.
+    """Thresholds and switches; defaults are those of the reference design plus the loop families.
+
+    A family's threshold of 0 switches that step off (``same_result_block_threshold=0``: never
+    refused). ``abort_threshold``, ``use_terminate``, ``reset_after_seconds``, ``mode`` and
+    ``cycle_max_period`` (as the length of the remembered history) are read from the session's
+    policy; the others from the policy of the server and tool a call is routed to.
 
     Raises:
-        ValueError: a threshold is below 1 or ``reset_after_seconds`` is not positive.
+        ValueError: a threshold is out of range or ``reset_after_seconds`` is not positive.
     """
 
     enabled: bool = True
@@ -23,6 +34,20 @@ class Policy:
     ignore_errors: bool = False
     use_terminate: bool = False
     reset_after_seconds: float = 120.0
+    cycle_max_period: int = 4
+    """Longest repeating sequence judged as a cycle; 1 turns cycle detection off."""
+    same_error_warn_threshold: int = 3
+    same_error_block_threshold: int = 8
+    same_result_warn_threshold: int = 4
+    same_result_block_threshold: int = 0
+    burst_detection: bool = True
+    """Identical calls inside one batch count like a streak."""
+    side_effect_warn_threshold: int = 2
+    side_effect_block_threshold: int = 3
+    trust_annotations: bool = True
+    """Judge destructive, non-idempotent tools by their MCP annotations."""
+    scrub: ScrubRules = field(default_factory=ScrubRules)
+    mode: Mode = Mode.ENFORCE
 
     def __post_init__(self) -> None:
         """Reject values no setting could produce; warn >= block is handled softly instead."""
@@ -30,6 +55,13 @@ class Policy:
             if getattr(self, name) < 1:
                 msg = f"{name} must be at least 1, got {getattr(self, name)!r}"
                 raise ValueError(msg)
+        for name in _FAMILY_THRESHOLDS:
+            if getattr(self, name) < 0:
+                msg = f"{name} must be 0 (off) or more, got {getattr(self, name)!r}"
+                raise ValueError(msg)
+        if not 1 <= self.cycle_max_period <= MAX_CYCLE_PERIOD:
+            msg = f"cycle_max_period must be from 1 to {MAX_CYCLE_PERIOD}, got {self.cycle_max_period!r}"
+            raise ValueError(msg)
         if not self.reset_after_seconds > 0:
             msg = f"reset_after_seconds must be positive, got {self.reset_after_seconds!r}"
             raise ValueError(msg)
@@ -42,6 +74,10 @@ class Policy:
                 f"warn threshold ({self.warn_threshold}) must be below block threshold "
                 f"({self.block_threshold}); loop detection is disabled"
             )
+        for warn, block in _FAMILY_PAIRS:
+            low, high = getattr(self, warn), getattr(self, block)
+            if low and high and low >= high:
+                return f"{warn} ({low}) must be below {block} ({high}); loop detection is disabled"
         return None
 
     @property
@@ -52,3 +88,11 @@ class Policy:
     def ignores(self, tool: str) -> bool:
         """True when ``tool`` matches an ignore pattern (case-sensitive, as tool names are)."""
         return any(fnmatchcase(tool, pattern) for pattern in self.ignore_tools)
+
+
+_FAMILY_PAIRS = (
+    ("same_error_warn_threshold", "same_error_block_threshold"),
+    ("same_result_warn_threshold", "same_result_block_threshold"),
+    ("side_effect_warn_threshold", "side_effect_block_threshold"),
+)
+_FAMILY_THRESHOLDS = tuple(name for pair in _FAMILY_PAIRS for name in pair)
