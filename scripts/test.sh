@@ -6,7 +6,8 @@
 # .venv in the repository if missing, installs the package with its `test` extra
 # (pytest, ruff, mypy, mcp-server-time, mcp-server-git, ...), and installs the
 # pinned npm packages of every tests/*/package.json (server-everything in tests/node,
-# the conformance suite in tests/conformance) from their lockfiles.
+# the conformance suite in tests/conformance) from their lockfiles, and redis-server (from
+# apt, when missing) for the state store tests.
 set -euo pipefail
 
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -36,6 +37,18 @@ for manifest in tests/*/package.json; do
         npm install --prefix "$dir" --no-audit --no-fund --loglevel=error
     fi
 done
+
+if ! command -v redis-server >/dev/null && ! command -v valkey-server >/dev/null; then
+    echo "== installing redis-server (the fleet tests start their own on a free port)"
+    if [[ $(id -u) -eq 0 ]] && command -v apt-get >/dev/null; then
+        apt-get install -y -q redis-server >/dev/null || { apt-get update -q >/dev/null && apt-get install -y -q redis-server >/dev/null; }
+    elif command -v sudo >/dev/null && command -v apt-get >/dev/null; then
+        sudo apt-get install -y -q redis-server >/dev/null
+    else
+        echo "error: redis-server (or valkey-server) is required for the state store tests; install it" >&2
+        exit 1
+    fi
+fi
 
 echo "== ruff check"
 .venv/bin/ruff check .

@@ -1,0 +1,159 @@
+"""One agent's loop state behind a store: the detector's events, kept, and a store that fails handled.
+
+An agent whose key no other process can touch (``store.shared`` false: a stdio guard's own
+key, any key of a single HTTP guard) keeps its state in memory and writes it through; with a
+shared store (Redis, several replicas) every event is an atomic update. When the store fails
+or is slow, each call waits at most the store's timeout, then the guard fails open (the call
+is judged on the state it last saw, and passes if nothing in that state refuses it) or, when
+configured, closed (the call is refused with a message saying why); it recovers by itself.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+
+from mcp_loop_guard.core import detector
+from mcp_loop_guard.core.detector import Call, Outcome, Ticket
+from mcp_loop_guard.core.model import Action, Verdict
+from mcp_loop_guard.core.policy import Policy
+from mcp_loop_guard.core.state import State
+from mcp_loop_guard.store.base import Store, StoreError
+
+logger = logging.getLogger(__name__)
+
+LOG_INTERVAL = 60.0
+"""Seconds between two log lines about one failing store."""
+UNAVAILABLE = (
+    "The loop guard cannot reach its state store right now, so this call was not run (the guard is set to "
+    "fail closed). Try again in a moment, or give your final answer with what you have."
+)
+
+
+@dataclass
+class StoreHealth:
+    """How a store is doing, for logs, ``/readyz`` and metrics."""
+
+    name: str
+    degraded: bool = False
+    error: str = ""
+    failures: int = 0
+    _next_log: float = 0.0
+
+    def failed(self, error: StoreError, now: float) -> None:
+        """Record a failure; one log line per interval, however many calls fail."""
+        self.failures += 1
+        self.error = str(error)
+        if not self.degraded or now >= self._next_log:
+            logger.warning(
+                "the %s state store is unavailable (%s); %d call(s) judged without it so far",
+                self.name,
+                error,
+                self.failures,
+            )
+            self._next_log = now + LOG_INTERVAL
+        self.degraded = True
+
+    def recovered(self) -> None:
+        """The store answered again."""
+        if self.degraded:
+            logger.info("the %s state store is available again", self.name)
+        self.degraded = False
+        self.error = ""
+
+
+class AgentLoop:
+    """Judges one agent's calls, with its state in a store."""
+
+    def __init__(
+        self,
+        store: Store,
+        key: str,
+        session: Policy,
+        *,
+        ttl: float,
+        health: StoreHealth,
+        fail_closed: bool = False,
+        state: State | None = None,
+    ) -> None:
+        """``state``: the state loaded at start (owned keys); ``ttl``: seconds an idle state is kept."""
+        self.store = store
+        self.key = key
+        self.session = session
+        self.ttl = ttl
+        self.health = health
+        self.fail_closed = fail_closed
+        self.state = state if state is not None else State()
+        """The state as last seen: authoritative for an owned key, a fallback for a shared one."""
+
+    async def begin(self, call: Call, policy: Policy, now: float) -> tuple[Ticket | None, Verdict]:
+        """See :func:`mcp_loop_guard.core.detector.begin`."""
+        if self.store.shared:
+            try:
+                self.state, outcome = await self.store.update(
+                    self.key, lambda state: detector.begin(state, call, policy, self.session, now), self.ttl
+                )
+            except StoreError as error:
+                refused = self._failed(error, call.tool, now)
+                if refused is not None:
+                    return None, refused
+            else:
+                self.health.recovered()
+                return outcome
+        ticket, verdict = detector.begin(self.state, call, policy, self.session, now)
+        if not self.store.shared and (call.side_effect or verdict.judged >= Action.BLOCK):
+            await self._save(now)
+        return ticket, verdict
+
+    async def finish(self, ticket: Ticket, outcome: Outcome, now: float) -> Verdict:
+        """See :func:`mcp_loop_guard.core.detector.finish`."""
+        if self.store.shared:
+            try:
+                self.state, verdict = await self.store.update(
+                    self.key, lambda state: detector.finish(state, ticket, outcome, self.session, now), self.ttl
+                )
+            except StoreError as error:
+                self._failed(error, ticket.tool, now, refusing=False)
+            else:
+                self.health.recovered()
+                return verdict
+        verdict = detector.finish(self.state, ticket, outcome, self.session, now)
+        if not self.store.shared:
+            await self._save(now)
+        return verdict
+
+    async def abandon(self, ticket: Ticket, now: float) -> None:
+        """See :func:`mcp_loop_guard.core.detector.abandon`."""
+        if self.store.shared:
+            try:
+                self.state, _ = await self.store.update(
+                    self.key, lambda state: detector.abandon(state, ticket, self.session, now), self.ttl
+                )
+            except StoreError as error:
+                self._failed(error, ticket.tool, now, refusing=False)
+            else:
+                self.health.recovered()
+                return
+        detector.abandon(self.state, ticket, self.session, now)
+        if not self.store.shared:
+            await self._save(now)
+
+    async def flush(self, now: float) -> None:
+        """Write the state now (at exit)."""
+        if not self.store.shared:
+            await self._save(now)
+
+    async def _save(self, now: float) -> None:
+        try:
+            await self.store.save(self.key, self.state, self.ttl)
+        except StoreError as error:
+            self._failed(error, "", now, refusing=False)
+        else:
+            self.health.recovered()
+
+    def _failed(self, error: StoreError, tool: str, now: float, *, refusing: bool = True) -> Verdict | None:
+        """Record a store failure; the refusal to return when failing closed, else None (judge locally)."""
+        self.health.failed(error, now)
+        if refusing and self.fail_closed:
+            return Verdict(Action.BLOCK, tool, 0, UNAVAILABLE, self.state.blocks)
+        return None

@@ -1,0 +1,202 @@
+"""What every state store offers: per-agent loop states with an expiry, updated atomically.
+
+A store keeps one :class:`~mcp_loop_guard.core.state.State` per agent key. Two ways to use it:
+
+* owned keys (a stdio guard's own agent, an HTTP guard's keys when no other process shares
+  the store): the caller keeps the state in memory and writes it through with :meth:`save`;
+* shared keys (HTTP replicas behind a load balancer, one store): every event is an atomic
+  read-fold-write with :meth:`update`, so concurrent updates of one key never lose a count.
+
+Ownership of a stdio agent's key is claimed with :meth:`claim`: a guard takes over a key only
+from a guard that has exited, so two guards alive at once are two agents.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol, TypeVar
+
+from mcp_loop_guard.core.state import State, StateFormatError
+
+__all__ = ["KeyInfo", "Owner", "Store", "StoreError", "process_start_time"]
+
+R = TypeVar("R")
+
+
+class StoreError(Exception):
+    """The store could not be reached or written in time; the message says why, for logs."""
+
+
+@dataclass(frozen=True, slots=True)
+class Owner:
+    """A guard process holding a key: alive while its process is (same host) or its lease runs (other hosts)."""
+
+    host: str
+    pid: int
+    started: float
+    """The process's start time (seconds since boot on Linux), so a reused PID is not the same owner."""
+    lease: float = 0.0
+    """Wall-clock time until which the owner counts as alive when it cannot be checked directly."""
+
+    @classmethod
+    def this_process(cls, lease: float) -> Owner:
+        """The running guard."""
+        pid = os.getpid()
+        return cls(socket.gethostname(), pid, process_start_time(pid) or 0.0, lease)
+
+    def alive(self, now: float) -> bool:
+        """Whether this owner may still be using its key."""
+        if self.host != socket.gethostname():
+            return self.lease > now
+        started = process_start_time(self.pid)
+        if started is None:
+            return False
+        return not self.started or abs(started - self.started) < 1e-6
+
+
+def process_start_time(pid: int) -> float | None:
+    """When ``pid`` started (clock ticks since boot, from /proc), or None when it does not exist.
+
+    Where /proc is missing, existence is all that can be checked; 0.0 then stands for "alive".
+    """
+    stat = Path(f"/proc/{pid}/stat")
+    try:
+        text = stat.read_text()
+    except FileNotFoundError:
+        return None
+    except OSError:
+        return _exists(pid)
+    # The command name (field 2) may hold spaces and parentheses: split after its last ")".
+    fields = text.rpartition(")")[2].split()
+    try:
+        return float(fields[19])
+    except (IndexError, ValueError):
+        return _exists(pid)
+
+
+def _exists(pid: int) -> float | None:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return None
+    except PermissionError:
+        return 0.0
+    return 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class KeyInfo:
+    """One stored agent, for operators: names and counts, never arguments or results."""
+
+    key: str
+    state: State | None
+    """None when the stored value cannot be read."""
+    expires: float
+    owner: Owner | None = None
+
+    def summary(self) -> dict[str, object]:
+        """What ``state list`` and the admin API show."""
+        state = self.state
+        info: dict[str, object] = {"key": self.key, "expires": round(self.expires, 3)}
+        if state is None:
+            info["unreadable"] = True
+            return info
+        last = state.history[-1] if state.history else None
+        info.update(
+            {
+                "lastTool": last.tool if last else None,
+                "streak": 1 + state.runs[0] if state.runs and last else 0,
+                "refusals": state.blocks,
+                "inFlight": state.in_flight,
+                "lastVerdict": state.last_verdict or None,
+            }
+        )
+        if self.owner is not None:
+            info["owner"] = {"host": self.owner.host, "pid": self.owner.pid}
+        return info
+
+
+def read_state(text: str | bytes | None) -> State | None:
+    """A stored value as a state; an unreadable one starts afresh (it is logged by the caller)."""
+    if text is None:
+        return None
+    try:
+        return State.loads(text)
+    except StateFormatError:
+        return None
+
+
+class Store(Protocol):
+    """A place to keep agents' loop states."""
+
+    name: str
+    """``memory``, ``sqlite`` or ``redis``, for logs and ``/readyz``."""
+    shared: bool
+    """True when other processes may update the same keys (every event must then be atomic)."""
+
+    async def load(self, key: str) -> State | None:
+        """The key's state, or None when absent, expired or unreadable.
+
+        Raises:
+            StoreError: the store cannot be read in time.
+        """
+        ...
+
+    async def save(self, key: str, state: State, ttl: float) -> None:
+        """Write the key's state, to expire ``ttl`` seconds from now.
+
+        Raises:
+            StoreError: the store cannot be written in time.
+        """
+        ...
+
+    async def update(self, key: str, fold: Callable[[State], R], ttl: float) -> tuple[State, R]:
+        """Atomically: read the key's state (a new one when absent), apply ``fold`` to it, write it.
+
+        ``fold`` may run more than once (optimistic retries): it must only change the state.
+
+        Raises:
+            StoreError: the store cannot be read or written in time.
+        """
+        ...
+
+    async def claim(self, base: str, owner: Owner, ttl: float) -> tuple[str, bool]:
+        """The first of ``base``, ``base#2``, ``base#3``... not held by a live owner, now held by ``owner``.
+
+        Returns the key and whether it was taken over from an owner that has exited (its calls
+        in flight will never end).
+
+        Raises:
+            StoreError: the store cannot be reached in time.
+        """
+        ...
+
+    async def release(self, key: str, owner: Owner) -> None:
+        """Give up a key claimed by ``owner`` (at exit), so the next guard takes it over at once."""
+        ...
+
+    async def renew(self, key: str, owner: Owner) -> None:
+        """Extend ``owner``'s lease on ``key`` (checked only from other hosts)."""
+        ...
+
+    async def keys(self) -> list[KeyInfo]:
+        """Every live agent key, for operators."""
+        ...
+
+    async def reset(self, key: str) -> bool:
+        """Forget a key's loop state (unblocks the agent); False when there was none."""
+        ...
+
+    async def aclose(self) -> None:
+        """Release connections and files."""
+        ...
+
+
+def wall_clock() -> float:
+    """Seconds since the epoch: states are compared across processes and hosts."""
+    return time.time()
