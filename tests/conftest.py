@@ -18,6 +18,14 @@ def anyio_backend() -> str:
     return "asyncio"
 
 
+@pytest.fixture(autouse=True)
+def state_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """Each test's guards keep their loop state in a directory of the test's own."""
+    directory = tmp_path / "state-home"
+    monkeypatch.setenv("XDG_STATE_HOME", str(directory))
+    return directory
+
+
 def _executable(path: Path, how: str) -> list[str]:
     if not path.exists():
         pytest.fail(f"{path} is missing: {how} (scripts/test.sh does it)")

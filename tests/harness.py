@@ -273,8 +273,12 @@ class Connection:
 
 
 def server_environment(marker: str, env: Mapping[str, str] | None) -> dict[str, str]:
-    """The environment of a server a test starts: the SDK's safe defaults, the marker, and env."""
-    return get_default_environment() | {MARKER_ENV: marker, "PYTHONUNBUFFERED": "1"} | dict(env or {})
+    """The environment of a server a test starts: the SDK's safe defaults, the marker, the test's own
+    state directory (so guards never share loop state across tests or touch the real home), and env."""
+    own = {MARKER_ENV: marker, "PYTHONUNBUFFERED": "1"}
+    if "XDG_STATE_HOME" in os.environ:
+        own["XDG_STATE_HOME"] = os.environ["XDG_STATE_HOME"]
+    return get_default_environment() | own | dict(env or {})
 
 
 @asynccontextmanager

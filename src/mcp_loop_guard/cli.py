@@ -9,20 +9,23 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
+import shlex
 import sys
 from collections.abc import Sequence
 from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import anyio
 
 from mcp_loop_guard import __version__
-from mcp_loop_guard.app import plan, serve_http, serve_stdio
-from mcp_loop_guard.config import ConfigError, load_config, stdio_command_config, url_config
-from mcp_loop_guard.proxy.process import relay_stderr_as_logs
-from mcp_loop_guard.settings import SettingsError, load_settings, setting_fields
+from mcp_loop_guard.proxy.upstream.child import ChildProcess, UpstreamStartError, relay_stderr_as_logs, spawn
 
+if TYPE_CHECKING:
+    from mcp_loop_guard.settings import SettingField
+
+EXIT_START_FAILED = 1
 EXIT_USAGE = 2
 
 _EPILOG = """\
@@ -47,7 +50,7 @@ def _shown(default: object) -> str:
     return "none" if default is None else str(default)
 
 
-def _parser() -> argparse.ArgumentParser:
+def _parser(fields: Sequence[SettingField]) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="mcp-loop-guard",
         description="Guard an MCP server against agents stuck repeating the same tool call.",
@@ -62,7 +65,7 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--upstream", metavar="URL", help="guard one streamable HTTP (or SSE, path ending in /sse) upstream"
     )
-    for field in setting_fields():
+    for field in fields:
         flag = "--" + field.name.replace("_", "-")
         help_text = f"{field.description} (env {field.env}, default {_shown(field.default)})"
         if field.type is bool:
@@ -108,6 +111,39 @@ def _configure_logging(level: str, log_format: str = "text", *, contents: bool =
             logging.getLogger(noisy).setLevel(logging.ERROR)
 
 
+def _early_child(args: Sequence[str]) -> ChildProcess | UpstreamStartError | None:
+    """Start the ``-- COMMAND`` upstream before anything else is imported.
+
+    The upstream (often a Python or Node server that takes half a second to start) then
+    starts while the guard loads its own modules and settings, so the client waits for the
+    slower of the two, not for both. Only for the stdio transport; a bad setting found later
+    stops this child again.
+    """
+    if "--" not in args:
+        return None
+    split = list(args).index("--")
+    options, command = args[:split], args[split + 1 :]
+    if not command or any(flag in options for flag in ("-h", "--help", "--version", "--config", "--upstream")):
+        return None
+    transport = _option(options, "--transport") or os.environ.get("LOOP_GUARD_TRANSPORT", "stdio")
+    if transport.strip().lower() != "stdio":
+        return None
+    try:
+        return spawn(command, cwd=_option(options, "--cwd"), display=shlex.join(command))
+    except UpstreamStartError as error:
+        return error
+
+
+def _option(options: Sequence[str], flag: str) -> str | None:
+    """The value of ``--flag VALUE`` or ``--flag=VALUE`` among the options, if given."""
+    for index, option in enumerate(options):
+        if option == flag and index + 1 < len(options):
+            return options[index + 1]
+        if option.startswith(flag + "="):
+            return option.partition("=")[2]
+    return None
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the console script; returns the process exit code."""
     args_list = list(sys.argv[1:] if argv is None else argv)
@@ -115,7 +151,24 @@ def main(argv: Sequence[str] | None = None) -> int:
         from mcp_loop_guard.demo import run_demo  # noqa: PLC0415 - rich loads only for the demo
 
         return run_demo(args_list[1:])
-    parser = _parser()
+    early = _early_child(args_list)
+    first = early if isinstance(early, ChildProcess) else None
+    try:
+        outcome = _start(args_list, early)
+    finally:
+        if first is not None and not first.adopted:
+            first.kill_now()
+    return outcome
+
+
+def _start(args_list: list[str], early: ChildProcess | UpstreamStartError | None) -> int:
+    """Parse, check, and serve."""
+    from mcp_loop_guard.app import serve  # noqa: PLC0415 - loaded after the upstream has started
+    from mcp_loop_guard.config import ConfigError, load_config, stdio_command_config, url_config  # noqa: PLC0415
+    from mcp_loop_guard.plan import plan  # noqa: PLC0415
+    from mcp_loop_guard.settings import SettingsError, load_settings, setting_fields  # noqa: PLC0415
+
+    parser = _parser(setting_fields())
     args = parser.parse_args(args_list)
     command: list[str] = list(args.command)
     if command[:1] == ["--"]:
@@ -142,9 +195,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"mcp-loop-guard: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
     _configure_logging(settings.log_level, settings.log_format, contents=settings.log_contents)
-
-    serve = serve_stdio if settings.transport == "stdio" else serve_http
-    return anyio.run(partial(serve, decided))
+    if isinstance(early, UpstreamStartError):
+        logging.getLogger("mcp_loop_guard").error("%s", early)
+        return EXIT_START_FAILED
+    first = early if early is not None and decided.single_stdio is not None and settings.transport == "stdio" else None
+    if first is not None:
+        first.adopted = True
+    return anyio.run(partial(serve, decided, first))
 
 
 if __name__ == "__main__":  # pragma: no cover

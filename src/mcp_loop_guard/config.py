@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shlex
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
@@ -23,7 +24,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from pydantic.alias_generators import to_camel
 from pydantic_core import ErrorDetails
 
-from mcp_loop_guard.settings import FileSettings, PolicySpec, Settings, SettingsError
+from mcp_loop_guard.policies import PolicySpec, ToolSpec
+from mcp_loop_guard.settings import FileSettings, Settings, SettingsError
 
 __all__ = [
     "SERVER_NAME",
@@ -71,6 +73,8 @@ class StdioServer:
     """Per-server loop rules, for :meth:`Settings.policy_for <mcp_loop_guard.settings.Settings.policy_for>`."""
     call_timeout: float | None = None
     """Seconds a request may go without an answer or progress (``callTimeoutSeconds``); None: the global one."""
+    display: str = ""
+    """The command line as the user wrote it (``${VAR}`` references unexpanded), for messages others may see."""
 
     def __repr__(self) -> str:
         """Everything but the values of ``env``, which often hold tokens."""
@@ -113,6 +117,8 @@ class GuardConfig:
     servers: tuple[ServerSpec, ...]
     settings: Mapping[str, Any]
     """The ``loopGuard`` section by snake_case setting name; pass it to ``load_settings``."""
+    tools: tuple[tuple[str, Mapping[str, Any]], ...] = ()
+    """``loopGuard.tools``: (pattern over the names clients see, overrides), in file order."""
 
 
 class ConfigError(SettingsError):
@@ -165,12 +171,31 @@ def load_config(path: Path) -> GuardConfig:
     if not isinstance(document, dict):
         raise ConfigError(str(path), [("", f"expected a JSON object at the top, got {_kind(document)}")])
     servers = _servers(document, str(path), problems)
-    settings = _section(document.get("loopGuard", {}), "loopGuard", Settings.model_fields, str(path), problems)
+    section = document.get("loopGuard", {})
+    tools: tuple[tuple[str, Mapping[str, Any]], ...] = ()
+    if isinstance(section, dict) and "tools" in section:
+        section = dict(section)
+        tools = _tool_sections(section.pop("tools"), "loopGuard.tools", str(path), problems)
+    settings = _section(section, "loopGuard", Settings.model_fields, str(path), problems)
     if not servers and not problems:
         problems.append(("", 'no servers: give at least one enabled server under "mcpServers"'))
     if problems:
         raise ConfigError(str(path), problems)
-    return GuardConfig(path, servers, settings)
+    return GuardConfig(path, servers, settings, tools)
+
+
+def _tool_sections(
+    value: object, at: str, file: str, problems: list[tuple[str, str]]
+) -> tuple[tuple[str, Mapping[str, Any]], ...]:
+    """A ``tools`` section: tool name patterns, each with its own overrides, checked now."""
+    if not isinstance(value, dict):
+        problems.append((at, f"expected an object mapping tool names or patterns to settings, got {_kind(value)}"))
+        return ()
+    found: list[tuple[str, Mapping[str, Any]]] = []
+    for pattern, overrides in value.items():
+        section = _section(overrides, f"{at}.{pattern}", ToolSpec.model_fields, file, problems, model=ToolSpec)
+        found.append((pattern, section))
+    return tuple(found)
 
 
 def stdio_command_config(command: Sequence[str], cwd: str | None) -> GuardConfig:
@@ -181,7 +206,9 @@ def stdio_command_config(command: Sequence[str], cwd: str | None) -> GuardConfig
     """
     if not command or not command[0]:
         raise ConfigError("command", [("", "give the upstream server command after --")])
-    server = StdioServer(_name_from_command(command), command[0], tuple(command[1:]), cwd=cwd)
+    server = StdioServer(
+        _name_from_command(command), command[0], tuple(command[1:]), cwd=cwd, display=shlex.join(command)
+    )
     return GuardConfig(None, (server,), FileSettings({}))
 
 
@@ -235,7 +262,7 @@ def _server(
         return None
     found = len(problems)
     kind = _transport(spec, at, problems)
-    policy = _section(spec.loop_guard, f"{at}.loopGuard", PolicySpec.model_fields, file, problems, per_server=True)
+    policy = _section(spec.loop_guard, f"{at}.loopGuard", PolicySpec.model_fields, file, problems, model=PolicySpec)
     if spec.command is not None and spec.url is not None:
         problems.append(
             (at, 'has both "command" and "url" (keep "command" for a local server, "url" for a remote one)')
@@ -294,7 +321,7 @@ def _section(
     file: str,
     problems: list[tuple[str, str]],
     *,
-    per_server: bool = False,
+    model: type[ToolSpec] | None = None,
 ) -> FileSettings:
     """A ``loopGuard`` section by snake_case name; camelCase keys accepted, unknown ones reported."""
     if not isinstance(section, dict):
@@ -306,7 +333,7 @@ def _section(
     for key, value in section.items():
         name = names.get(key)
         if name is None:
-            if per_server and key in _SESSION_ONLY:
+            if model is not None and key in _SESSION_ONLY:
                 problems.append(
                     (f"{at}.{key}", "applies to the whole session (set it in the top-level loopGuard section)")
                 )
@@ -317,9 +344,9 @@ def _section(
             problems.append((f"{at}.{key}", f"given twice (also as {keys[name].rpartition('.')[2]})"))
         else:
             values[name], keys[name] = value, f"{at}.{key}"
-    if per_server:
+    if model is not None:
         try:
-            values = PolicySpec.model_validate(values).model_dump(exclude_unset=True, exclude_none=True)
+            values = model.model_validate(values).model_dump(exclude_unset=True, exclude_none=True)
         except ValidationError as error:
             problems.extend((keys[str(issue["loc"][0])], _problem(issue)) for issue in error.errors())
     return FileSettings(values, keys, file)

@@ -6,17 +6,16 @@ converts to, one for the whole session and one per upstream server with override
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import re
 from collections.abc import Iterable, Iterator, Mapping
 from contextvars import ContextVar
 from dataclasses import dataclass
 from types import MappingProxyType
-from typing import Annotated, Any, ClassVar, Literal, get_args, get_origin
+from typing import Annotated, Any, Literal, get_args, get_origin
 
 import annotated_types
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator
+from pydantic import Field, SecretStr, ValidationError, field_validator
 from pydantic.alias_generators import to_camel
 from pydantic.fields import FieldInfo
 from pydantic_settings import (
@@ -27,11 +26,12 @@ from pydantic_settings import (
     SettingsConfigDict,
 )
 
-from mcp_loop_guard.core import Policy
+from mcp_loop_guard.core import Mode, Policy, ScrubRules
+from mcp_loop_guard.core.scrub import PRESETS
+from mcp_loop_guard.store import store_kind
 
 __all__ = [
     "FileSettings",
-    "PolicySpec",
     "SettingField",
     "Settings",
     "SettingsError",
@@ -47,14 +47,13 @@ _HEADER_NAME = re.compile(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]+$")
 _HOST = r"(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9_.-]+)(:([0-9]{1,5}|\*))?"
 _ALLOWED_HOST = re.compile(rf"^{_HOST}$")
 _ALLOWED_ORIGIN = re.compile(rf"^[A-Za-z][A-Za-z0-9+.-]*://{_HOST}$")
-_PER_SERVER = "per-server settings: enabled, warnThreshold, blockThreshold, ignoreTools, ignoreErrors"
 _TOKEN = re.compile(r"^[\x21-\x7e]+$")
 
 _FILE_VALUES: ContextVar[Mapping[str, Any]] = ContextVar("_FILE_VALUES", default=MappingProxyType({}))
 """Values of the config file's ``loopGuard`` section while ``load_settings`` builds Settings."""
 
 
-def _split(value: object) -> object:
+def split_list(value: object) -> object:
     """A list setting from "a, b,c" or a list: entries trimmed, empty ones dropped."""
     items: Iterable[object]
     if isinstance(value, str):
@@ -100,6 +99,69 @@ class Settings(BaseSettings):
         default=120.0,
         gt=0,
         description="Idle seconds (nothing in flight or arriving) that end a request window.",
+    )
+    cycle_max_period: int = Field(
+        default=4, ge=1, le=8, description="Longest repeating sequence of calls judged as a cycle; 1 turns cycles off."
+    )
+    same_error_warn_threshold: int = Field(
+        default=3, ge=0, description="Same error from one tool in a row, whatever its arguments, that earns a warning."
+    )
+    same_error_block_threshold: int = Field(
+        default=8, ge=0, description="Same error from one tool in a row after which its calls are refused; 0: never."
+    )
+    same_result_warn_threshold: int = Field(
+        default=4, ge=0, description="Same result from one tool for different arguments in a row that earns a warning."
+    )
+    same_result_block_threshold: int = Field(
+        default=0, ge=0, description="Same result for different arguments after which calls are refused; 0: never."
+    )
+    burst_detection: bool = Field(
+        default=True, description="Count identical calls asked for at once (one model response) like a streak."
+    )
+    side_effect_warn_threshold: int = Field(
+        default=2, ge=0, description="Identical calls to a destructive, non-idempotent tool that earn a warning."
+    )
+    side_effect_block_threshold: int = Field(
+        default=3, ge=0, description="Identical calls to a destructive, non-idempotent tool refused from this one."
+    )
+    trust_annotations: bool = Field(
+        default=True, description="Judge tools marked destructiveHint (and not idempotentHint) as side effects."
+    )
+    scrub_keys: Annotated[tuple[str, ...], NoDecode] = Field(
+        default=(),
+        description="Keys (fetched_at) or JSON paths ($.meta.requestId) left out of result fingerprints.",
+        json_schema_extra={
+            "accepted": "a comma-separated list of key names or JSON paths ($.a.b, $.list[*].id, $..key)"
+        },
+    )
+    scrub: Annotated[tuple[str, ...], NoDecode] = Field(
+        default=(),
+        description="Volatile parts left out of result fingerprints (timestamps,uuids,hexids,tokens,durations).",
+        json_schema_extra={"accepted": "a comma-separated list of: timestamps, uuids, hexids, tokens, durations"},
+    )
+    mode: Literal["enforce", "warn", "shadow"] = Field(
+        default="enforce",
+        description="enforce: warn, refuse, abort; warn: only warnings; shadow: nothing the model sees, only logs.",
+    )
+    event_log: str | None = Field(
+        default=None, description="Append one JSON line per tool call and its verdict to this file (for replay)."
+    )
+    state: str = Field(
+        default="sqlite",
+        description="Where loop state lives: sqlite (a file in the user's state directory), sqlite:///path, "
+        "memory, or redis://host:port/db (rediss:// too).",
+        json_schema_extra={"accepted": "memory, sqlite, sqlite:///path/to/file, redis://host:port/db or rediss://..."},
+    )
+    state_timeout_seconds: float = Field(
+        default=0.25, gt=0, description="Longest wait for the state store per call before failing open or closed."
+    )
+    state_fail: Literal["open", "closed"] = Field(
+        default="open", description="When the state store is unavailable: let calls pass (open) or refuse them."
+    )
+    agent_key: str | None = Field(
+        default=None,
+        description="Key of this agent's loop state, instead of one derived from the client process (stdio).",
+        json_schema_extra={"accepted": "a non-empty string"},
     )
     log_level: LogLevel = Field(default="info", description="Least severe log level written to stderr.")
     transport: Literal["stdio", "http", "sse"] = Field(
@@ -154,6 +216,31 @@ class Settings(BaseSettings):
         default=False,
         description="UNSAFE: log tool arguments and results (they may hold secrets); for debugging only.",
     )
+    auth_tokens: SecretStr | None = Field(
+        default=None,
+        description="Named bearer tokens, name:token pairs separated by commas; loop state keys are kept per name.",
+        json_schema_extra={"accepted": "name:token pairs separated by commas (names of letters, digits, _ and -)"},
+    )
+    trust_key_header: bool = Field(
+        default=True,
+        description="Key sessionless loop state by the key header; off: by token name (or client address) only.",
+    )
+    max_sessions: int = Field(
+        default=1000, ge=1, description="Live HTTP sessions; when full the least recently used idle one is closed."
+    )
+    max_keys: int = Field(
+        default=10_000, ge=1, description="Sessionless loop states kept in memory (least recently used dropped)."
+    )
+    max_connections: int = Field(default=500, ge=1, description="Concurrent HTTP connections; more get 503 at once.")
+    header_timeout_seconds: float = Field(
+        default=10.0, gt=0, description="Seconds a client may take to send an HTTP request's line and headers."
+    )
+    body_timeout_seconds: float = Field(
+        default=30.0, gt=0, description="Seconds a client may take to send an HTTP request's body."
+    )
+    max_pending_requests: int = Field(
+        default=64, ge=1, description="Upstream requests (sampling, roots, ping) awaiting one client at once."
+    )
 
     @classmethod
     def settings_customise_sources(
@@ -167,17 +254,58 @@ class Settings(BaseSettings):
         """Keyword values (CLI flags) first, then the environment, then the config file."""
         return init_settings, env_settings, InitSettingsSource(settings_cls, dict(_FILE_VALUES.get()))
 
-    @field_validator("ignore_tools", "allowed_hosts", "allowed_origins", mode="before")
+    @field_validator("ignore_tools", "allowed_hosts", "allowed_origins", "scrub", "scrub_keys", mode="before")
     @classmethod
     def _split_list(cls, value: object) -> object:
         """Accept "a, b,c" as well as a list; trim entries and drop empty ones."""
-        return _split(value)
+        return split_list(value)
 
-    @field_validator("log_level", "transport", "log_format", mode="before")
+    @field_validator("log_level", "transport", "log_format", "mode", "state_fail", mode="before")
     @classmethod
     def _lower_choice(cls, value: object) -> object:
         """Choices are case-insensitive: INFO and info are the same."""
         return value.strip().lower() if isinstance(value, str) else value
+
+    @field_validator("scrub")
+    @classmethod
+    def _check_scrub(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        """Only named presets."""
+        unknown = [name for name in value if name not in PRESETS]
+        if unknown:
+            msg = f"unknown preset {unknown[0]!r}"
+            raise ValueError(msg)
+        return value
+
+    @field_validator("scrub_keys")
+    @classmethod
+    def _check_scrub_keys(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        """JSON paths must parse."""
+        ScrubRules(keys=value)
+        return value
+
+    @field_validator("state")
+    @classmethod
+    def _check_state(cls, value: str) -> str:
+        """One of the store forms."""
+        store_kind(value.strip())
+        return value.strip()
+
+    @field_validator("agent_key", "event_log")
+    @classmethod
+    def _check_text(cls, value: str | None) -> str | None:
+        """An empty value is a mistake, not "unset"."""
+        if value is not None and not value.strip():
+            msg = "empty (unset it instead)"
+            raise ValueError(msg)
+        return value
+
+    @field_validator("auth_tokens")
+    @classmethod
+    def _check_tokens(cls, value: SecretStr | None) -> SecretStr | None:
+        """name:token pairs, names unique, tokens without spaces."""
+        if value is not None:
+            parse_tokens(value.get_secret_value())
+        return value
 
     @field_validator("host")
     @classmethod
@@ -238,68 +366,63 @@ class Settings(BaseSettings):
             ignore_errors=self.ignore_errors,
             use_terminate=self.use_terminate,
             reset_after_seconds=self.reset_after_seconds,
+            cycle_max_period=self.cycle_max_period,
+            same_error_warn_threshold=self.same_error_warn_threshold,
+            same_error_block_threshold=self.same_error_block_threshold,
+            same_result_warn_threshold=self.same_result_warn_threshold,
+            same_result_block_threshold=self.same_result_block_threshold,
+            burst_detection=self.burst_detection,
+            side_effect_warn_threshold=self.side_effect_warn_threshold,
+            side_effect_block_threshold=self.side_effect_block_threshold,
+            trust_annotations=self.trust_annotations,
+            scrub=ScrubRules(presets=self.scrub, keys=self.scrub_keys),
+            mode=Mode(self.mode),
         )
 
-    def policy_for(self, overrides: Mapping[str, Any], *, prefix: str = "") -> Policy:
-        """The session policy with one server's overrides (camelCase or snake_case keys) applied.
+    def tokens(self) -> dict[str, str]:
+        """Bearer tokens by name: the named ones, plus the single token as "default"."""
+        named = parse_tokens(self.auth_tokens.get_secret_value()) if self.auth_tokens is not None else {}
+        if self.auth_token is not None:
+            named.setdefault("default", self.auth_token.get_secret_value())
+        return named
 
-        Thresholds, ``ignore_errors`` and ``enabled`` replace the session's; ``ignore_tools``
-        adds to them. The server's patterns name its tools as it lists them, so ``prefix``
-        (``"time__"`` when tools are exported prefixed) is put in front of each.
+    def policy_for(self, overrides: Mapping[str, Any], *, prefix: str = "") -> Policy:
+        """The session policy with one server's overrides applied (see :func:`mcp_loop_guard.policies.overridden`).
 
         Raises:
             SettingsError: an unknown key, a bad value, or a warn threshold not below block.
         """
-        where = overrides.where if isinstance(overrides, FileSettings) else str
-        try:
-            spec = PolicySpec.model_validate(dict(overrides))
-        except ValidationError as error:
-            problems = [
-                f"{where(str(issue['loc'][0]))}: "
-                + (f"not a per-server setting ({_PER_SERVER})" if issue["type"] == "extra_forbidden" else issue["msg"])
-                for issue in error.errors()
-            ]
-            raise SettingsError("invalid per-server setting: " + "; ".join(problems)) from None
-        given = spec.model_dump(exclude_unset=True, exclude_none=True)
-        if "ignore_tools" in given:
-            given["ignore_tools"] = self.ignore_tools + tuple(prefix + name for name in spec.ignore_tools or ())
-        policy = dataclasses.replace(self.to_policy(), **given)
-        thresholds = [name for name in PolicySpec.THRESHOLDS if name in given]
-        if thresholds and policy.misconfiguration is not None:
-            keys = " and ".join(where(name) for name in thresholds)
-            msg = (
-                f"invalid per-server setting {keys}: warn threshold ({policy.warn_threshold}) must be below "
-                f"block threshold ({policy.block_threshold}); set both for this server"
-            )
-            raise SettingsError(msg)
-        return policy
+        from mcp_loop_guard.policies import overridden  # noqa: PLC0415 - policies builds on this module
+
+        return overridden(self.to_policy(), overrides, prefix=prefix, session_ignores=self.ignore_tools)
 
 
-class PolicySpec(BaseModel):
-    """The settings one server may override, as given (camelCase or snake_case keys)."""
+_TOKEN_NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 
-    model_config = ConfigDict(
-        extra="forbid",
-        strict=True,
-        frozen=True,
-        alias_generator=to_camel,
-        validate_by_name=True,
-        validate_by_alias=True,
-    )
 
-    THRESHOLDS: ClassVar[tuple[str, ...]] = ("warn_threshold", "block_threshold")
+def parse_tokens(text: str) -> dict[str, str]:
+    """``alice:tok-a,bob:tok-b`` as {name: token}.
 
-    enabled: bool | None = None
-    warn_threshold: int | None = Field(default=None, ge=1)
-    block_threshold: int | None = Field(default=None, ge=1)
-    ignore_tools: tuple[str, ...] | None = None
-    ignore_errors: bool | None = None
-
-    @field_validator("ignore_tools", mode="before")
-    @classmethod
-    def _split_list(cls, value: object) -> object:
-        """The same list forms as LOOP_GUARD_IGNORE_TOOLS: a list or a comma-separated string."""
-        return _split(value)
+    Raises:
+        ValueError: a pair without a colon, a bad name, a repeated name or token, a token with spaces.
+    """
+    tokens: dict[str, str] = {}
+    for pair in filter(None, (part.strip() for part in text.split(","))):
+        name, colon, token = pair.partition(":")
+        if not colon or not _TOKEN_NAME.match(name):
+            msg = "each entry must be name:token with a name of letters, digits, _ and -"
+            raise ValueError(msg)
+        if not _TOKEN.match(token):
+            msg = f"the token of {name!r} is empty or contains spaces or control characters"
+            raise ValueError(msg)
+        if name in tokens or token in tokens.values():
+            msg = f"{name!r} or its token is given twice"
+            raise ValueError(msg)
+        tokens[name] = token
+    if not tokens:
+        msg = "no name:token pairs (unset it to turn named tokens off)"
+        raise ValueError(msg)
+    return tokens
 
 
 class SettingsError(Exception):

@@ -54,7 +54,7 @@ from mcp_loop_guard.proxy.sessions import AbortLatch, SessionFactory
 from mcp_loop_guard.settings import Settings
 
 if TYPE_CHECKING:
-    from mcp_loop_guard.app import Plan
+    from mcp_loop_guard.plan import Plan
 
 logger = logging.getLogger(__name__)
 

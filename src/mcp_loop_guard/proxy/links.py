@@ -16,7 +16,7 @@ from mcp.shared.exceptions import MCPError
 from mcp_loop_guard.core.fingerprint import canonical_json
 from mcp_loop_guard.proxy.pool import Backoff, Slot, open_upstream
 from mcp_loop_guard.proxy.process import UpstreamStartError
-from mcp_loop_guard.proxy.upstream import Downstream, Upstream, UpstreamGoneError
+from mcp_loop_guard.proxy.upstream.session import Downstream, Upstream, UpstreamGoneError
 
 logger = logging.getLogger(__name__)
 

@@ -32,7 +32,7 @@ from mcp_loop_guard import __version__
 from mcp_loop_guard.config import HttpServer, ServerSpec, StdioServer
 from mcp_loop_guard.core.fingerprint import canonical_json
 from mcp_loop_guard.proxy.process import UpstreamStartError
-from mcp_loop_guard.proxy.upstream import (
+from mcp_loop_guard.proxy.upstream.session import (
     Downstream,
     Upstream,
     UpstreamGoneError,

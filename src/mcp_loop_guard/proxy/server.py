@@ -33,7 +33,7 @@ from mcp_loop_guard.proxy.aggregate import Aggregate, for_era
 from mcp_loop_guard.proxy.jsonlines import GUARD_FAULT
 from mcp_loop_guard.proxy.links import Link
 from mcp_loop_guard.proxy.pool import PROXY_INFO
-from mcp_loop_guard.proxy.upstream import REQUESTS, UpstreamGoneError
+from mcp_loop_guard.proxy.upstream.session import REQUESTS, UpstreamGoneError
 
 logger = logging.getLogger(__name__)
 

@@ -1,0 +1,79 @@
+"""What start-up decided: the servers to guard, the settings, and the policy of every route."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from mcp_loop_guard.config import GuardConfig, StdioServer
+from mcp_loop_guard.core.policy import Policy
+from mcp_loop_guard.policies import PolicyTable, overridden
+from mcp_loop_guard.settings import FileSettings, Settings
+
+__all__ = ["Plan", "plan"]
+
+
+@dataclass(frozen=True)
+class Plan:
+    """Everything start-up decided: what to guard, and by which rules."""
+
+    config: GuardConfig
+    settings: Settings
+    policies: PolicyTable
+
+    @property
+    def policy(self) -> Policy:
+        """The session's policy (request window, abort count, mode)."""
+        return self.policies.session
+
+    @property
+    def several(self) -> bool:
+        """Several upstreams: tools are exported as ``server__name``."""
+        return len(self.config.servers) > 1
+
+    @property
+    def single_stdio(self) -> StdioServer | None:
+        """The one stdio upstream, when that is all there is (the message relay's case)."""
+        servers = self.config.servers
+        if len(servers) == 1 and isinstance(servers[0], StdioServer):
+            return servers[0]
+        return None
+
+
+def _without_tools(overrides: Mapping[str, Any]) -> Mapping[str, Any]:
+    """A server's overrides minus its ``tools`` section, still knowing where each key was written."""
+    kept = {key: value for key, value in overrides.items() if key != "tools"}
+    if isinstance(overrides, FileSettings):
+        return FileSettings(kept, {key: overrides.key(key) for key in kept}, overrides.file)
+    return kept
+
+
+def plan(config: GuardConfig, settings: Settings) -> Plan:
+    """Resolve the policies.
+
+    With several upstreams the detector sees exported names (``server__tool``), so a server's
+    own ignore patterns are prefixed with its name.
+
+    Raises:
+        SettingsError: a bad per-server or per-tool override, named by its file key.
+    """
+    session = settings.to_policy()
+    prefixed = len(config.servers) > 1
+    servers = {
+        spec.name: overridden(
+            session,
+            _without_tools(spec.policy),
+            prefix=f"{spec.name}__" if prefixed else "",
+            session_ignores=settings.ignore_tools,
+        )
+        for spec in config.servers
+        if spec.policy
+    }
+    server_tools = {
+        spec.name: tuple((pattern, overrides) for pattern, overrides in (spec.policy.get("tools") or {}).items())
+        for spec in config.servers
+        if spec.policy.get("tools")
+    }
+    table = PolicyTable(session, servers, server_tools, config.tools, prefixed)
+    return Plan(config, settings, table)

@@ -1,0 +1,1 @@
+"""The client side: stdio and HTTP front doors, sessions, and the agents behind them."""

@@ -1,0 +1,123 @@
+"""Serve one client on our stdin and stdout, relaying to one stdio upstream (the common case).
+
+The session ends one way, by an event: the client closes stdin, a refusal that aborts the
+session has been written, the client stops reading, or a signal arrives. Then the upstream is
+asked to stop (stdin closed), given a moment, and its process group is terminated; the exit
+status says why (0, 3 for an abort, 128 + the signal).
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+import sys
+from dataclasses import dataclass, field
+
+import anyio
+import anyio.abc
+
+from mcp_loop_guard.plan import Plan
+from mcp_loop_guard.proxy.downstream.agents import judge_for, opened_events, opened_store, stdio_agent
+from mcp_loop_guard.proxy.relay.pipe import Limits, Pipe
+from mcp_loop_guard.proxy.upstream.child import EOF_GRACE, ChildProcess, terminate_all_now
+from mcp_loop_guard.proxy.wire.fd import Fd, Writer, claimed_stdio
+from mcp_loop_guard.proxy.wire.lines import LineReader
+
+logger = logging.getLogger(__name__)
+
+EXIT_OK = 0
+EXIT_LOOP_ABORTED = 3
+"""The session was closed because the agent kept repeating refused calls."""
+
+
+@dataclass
+class Ending:
+    """Why the session ends; set once."""
+
+    done: anyio.Event = field(default_factory=anyio.Event)
+    why: str = ""
+    signal: int | None = None
+
+    def end(self, why: str, signum: int | None = None) -> None:
+        """End the session (the first reason wins)."""
+        if not self.done.is_set():
+            self.why, self.signal = why, signum
+            self.done.set()
+
+
+async def _read_client(stdin: Fd, pipe: Pipe, limit: int, ending: Ending) -> None:
+    lines = LineReader(limit)
+    try:
+        while chunk := await stdin.read():
+            for line in lines.feed(chunk):
+                await pipe.from_client(line)
+                if ending.done.is_set():
+                    return
+        for line in lines.feed(b"\n"):
+            await pipe.from_client(line)
+    except OSError as error:
+        logger.debug("reading stdin failed: %s", error)
+    ending.end("eof")
+
+
+async def _watch_signals(ending: Ending) -> None:
+    with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT, signal.SIGHUP) as signals:
+        async for signum in signals:
+            if not ending.done.is_set():
+                logger.info("received %s; stopping the upstream and exiting", signal.Signals(signum).name)
+                ending.end("signal", signum)
+            terminate_all_now()  # a second signal cuts the upstream's grace short
+
+
+async def serve_pipe(plan: Plan, first: ChildProcess | None = None) -> int:
+    """Guard the one stdio upstream for the client on our stdin/stdout; return the exit code."""
+    spec = plan.single_stdio
+    assert spec is not None
+    settings = plan.settings
+    timeout = spec.call_timeout or settings.call_timeout_seconds
+    limits = Limits(settings.max_message_bytes, timeout, settings.max_pending_requests)
+    ending = Ending()
+    async with (
+        opened_store(plan) as (store, health),
+        opened_events(plan) as events,
+        stdio_agent(plan, spec, store, health) as agent,
+        claimed_stdio() as (stdin, stdout),
+    ):
+        writer = Writer(stdout)
+        judge = judge_for(plan, agent, label=agent.key, events=events)
+
+        async def send(line: bytes) -> None:
+            try:
+                await writer.write(line)
+            except OSError:
+                ending.end("stdout closed")
+
+        pipe = Pipe(spec, send, judge, limits=limits, on_abort=lambda: ending.end("abort"), first=first)
+        upstream = pipe.upstream
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(_watch_signals, ending)
+            await tg.start(upstream.run)
+            tg.start_soon(_read_client, stdin, pipe, settings.max_message_bytes, ending)
+            tg.start_soon(pipe.watch_timeouts)
+            await ending.done.wait()
+            if ending.why == "eof" and upstream.child is not None:
+                # Answers still in progress may go out while the upstream exits by itself.
+                upstream.child.close_stdin()
+                with anyio.move_on_after(EOF_GRACE):
+                    await upstream.child.exited.wait()
+            elif ending.why == "signal":
+                await pipe.shut_down("the guard is shutting down (signal)")
+            tg.cancel_scope.cancel()
+    if ending.why == "abort" and judge.aborted is not None:
+        verdict = judge.aborted
+        family = (verdict.family.value if verdict.family else "identical").replace("_", " ")
+        print(
+            f"mcp-loop-guard: session aborted: tool {verdict.tool!r} was refused {verdict.blocks} times "
+            f"({family} loop) (exit code {EXIT_LOOP_ABORTED})",
+            file=sys.stderr,
+            flush=True,
+        )
+        return EXIT_LOOP_ABORTED
+    if ending.signal is not None:
+        return 128 + ending.signal
+    return EXIT_OK

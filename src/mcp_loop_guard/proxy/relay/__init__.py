@@ -1,0 +1,1 @@
+"""Between the two sides: judging tools/call, rewriting answers, routing, and the message relay itself."""

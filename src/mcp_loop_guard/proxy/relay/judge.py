@@ -1,0 +1,219 @@
+"""Judging one agent's ``tools/call`` requests, whatever the transport: the one place verdicts are applied.
+
+Every path through the guard (the stdio message relay, the HTTP relay, the SDK-based
+aggregate of several upstreams) hands each call to :meth:`Judge.begin` before forwarding it
+and its answer to :meth:`Judge.finish` (or :meth:`Judge.failed`, :meth:`Judge.dropped`).
+The judge asks the detector through the agent's state store, logs names and counts (never
+arguments or results, unless asked), counts metrics, writes the event log, and returns what
+the model must get: the refusal, the warned result, or nothing to change.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from mcp_loop_guard.core.detector import Call, Ticket, call_of, error_outcome, outcome_of
+from mcp_loop_guard.core.model import Action, Family, Verdict
+from mcp_loop_guard.core.policy import Policy
+from mcp_loop_guard.proxy.relay.events import EventLog
+from mcp_loop_guard.proxy.relay.verdicts import refused, warned, without_notes
+from mcp_loop_guard.store.agent import AgentLoop
+
+logger = logging.getLogger(__name__)
+
+PolicyFor = Callable[[str, str], Policy]
+"""(server, the server's own tool name) -> the policy that judges calls to it."""
+
+
+class CallObserver(Protocol):
+    """Told about every judged tools/call, for metrics."""
+
+    def __call__(self, server: str, tool: str, verdict: Verdict, seconds: float) -> None:
+        """One call: its route, the verdict, and how long it took."""
+
+
+@dataclass(slots=True)
+class Pending:
+    """A call on its way upstream."""
+
+    server: str
+    tool: str
+    """The name the client called (exported name with several upstreams)."""
+    call: Call
+    policy: Policy
+    ticket: Ticket | None
+    verdict: Verdict
+    started: float
+    at: float
+    arguments: object
+    annotations: Mapping[str, Any] | None
+
+
+@dataclass(frozen=True, slots=True)
+class Refusal:
+    """A call refused: the result to answer with, and whether the session must end after it."""
+
+    result: dict[str, Any]
+    verdict: Verdict
+
+    @property
+    def abort(self) -> bool:
+        """The refusal is the last thing the session sends."""
+        return self.verdict.action is Action.ABORT
+
+
+def _clip(value: object, limit: int = 2000) -> str:
+    text = json.dumps(value, default=str, ensure_ascii=False)
+    return text if len(text) <= limit else f"{text[:limit]}... ({len(text)} characters)"
+
+
+class Judge:
+    """One agent's calls, judged."""
+
+    def __init__(
+        self,
+        agent: AgentLoop,
+        policies: PolicyFor,
+        *,
+        label: str,
+        several: bool = False,
+        events: EventLog | None = None,
+        observe: CallObserver | None = None,
+        log_contents: bool = False,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        """``label`` names the agent in the event log; ``several``: tools are exported as ``server__name``."""
+        self.agent = agent
+        self.policies = policies
+        self.label = label
+        self.several = several
+        self.events = events
+        self.observe = observe
+        self.log_contents = log_contents
+        self.clock = clock
+        self.aborted: Verdict | None = None
+        """The verdict that ended the session, once it has."""
+
+    async def begin(
+        self,
+        server: str,
+        tool: str,
+        upstream_tool: str,
+        arguments: object,
+        *,
+        annotations: Mapping[str, Any] | None = None,
+    ) -> Pending | Refusal:
+        """Judge a call before it is forwarded: the call goes on (Pending) or is answered now (Refusal)."""
+        policy = self.policies(server, upstream_tool)
+        side_effect = _side_effect(annotations)
+        call = call_of(tool, arguments if isinstance(arguments, Mapping) else None, side_effect=side_effect)
+        now = self.clock()
+        ticket, verdict = await self.agent.begin(call, policy, now)
+        if self.log_contents:
+            logger.info("call %r arguments (LOOP_GUARD_LOG_CONTENTS): %s", tool, _clip(arguments))
+        pending = Pending(server, tool, call, policy, ticket, verdict, time.perf_counter(), now, arguments, annotations)
+        if verdict.action >= Action.BLOCK:
+            self._report(pending, verdict, None)
+            if verdict.action is Action.ABORT:
+                self.aborted = verdict
+            return Refusal(refused(verdict, policy), verdict)
+        return pending
+
+    async def finish(self, pending: Pending, result: dict[str, Any]) -> dict[str, Any] | None:
+        """Judge the upstream's result: the result to send instead (warned), or None to send it unchanged."""
+        if self.log_contents:
+            logger.info("result of %r (LOOP_GUARD_LOG_CONTENTS): %s", pending.tool, _clip(result.get("content")))
+        ticket = pending.ticket
+        if ticket is None or result.get("resultType") == "input_required":
+            # Not judged: an ignored tool, or an interim result the client completes and retries.
+            if ticket is not None:
+                await self.agent.abandon(ticket, self.clock())
+            self._report(pending, pending.verdict, {"result": result})
+            return None
+        seen = without_notes(result)
+        outcome = outcome_of(seen, pending.policy)
+        verdict = await self.agent.finish(ticket, outcome, self.clock())
+        self._report(pending, verdict, {"result": result}, outcome.key)
+        if verdict.action is Action.WARN:
+            return warned(seen, verdict, pending.policy)  # one note: the nearest guard's
+        return None
+
+    async def failed(self, pending: Pending, error: Mapping[str, Any]) -> None:
+        """The upstream answered with a JSON-RPC error: the same error again and again is a loop too."""
+        if pending.ticket is None:
+            self._report(pending, pending.verdict, {"error": dict(error)})
+            return
+        outcome = error_outcome(error.get("code"), error.get("message"))
+        verdict = await self.agent.finish(pending.ticket, outcome, self.clock())
+        self._report(pending, verdict, {"error": dict(error)}, outcome.key)
+
+    async def dropped(self, pending: Pending) -> None:
+        """The call ended without an answer (cancelled, upstream gone, timed out): nothing moves."""
+        if pending.ticket is not None:
+            await self.agent.abandon(pending.ticket, self.clock())
+        if self.observe is not None:
+            self.observe(pending.server, pending.tool, pending.verdict, time.perf_counter() - pending.started)
+
+    def _report(
+        self, pending: Pending, verdict: Verdict, answer: dict[str, Any] | None, outcome: str | None = None
+    ) -> None:
+        """Log a verdict that is not a plain allow, count it, and write the event log line."""
+        judged = verdict.judged
+        if judged is not Action.ALLOW:
+            family = (verdict.family or Family.IDENTICAL).value
+            if verdict.shadow:
+                logger.info(
+                    "shadow mode: would %s tool %r (%s, count %d)",
+                    judged.name.lower(),
+                    verdict.tool,
+                    family,
+                    verdict.streak,
+                )
+            elif judged is Action.WARN:
+                logger.info("warn tool %r: %s, count %d", verdict.tool, family, verdict.streak)
+            else:
+                logger.warning(
+                    "%s tool %r: %s, count %d, refusal %d in this window",
+                    judged.name.lower(),
+                    verdict.tool,
+                    family,
+                    verdict.streak,
+                    verdict.blocks,
+                )
+        if self.observe is not None:
+            self.observe(pending.server, pending.tool, verdict, time.perf_counter() - pending.started)
+        if self.events is not None:
+            self.events.record(self._line(pending, answer, outcome), verdict)
+
+    def _line(self, pending: Pending, answer: dict[str, Any] | None, outcome: str | None) -> dict[str, Any]:
+        line: dict[str, Any] = {"session": self.label, "tool": pending.tool, "at": round(pending.at, 3)}
+        if self.several:
+            line["server"] = pending.server
+        if self.events is not None and self.events.contents:
+            line["arguments"] = pending.arguments if isinstance(pending.arguments, dict) else {}
+            if answer is not None:
+                line.update(answer)
+        else:
+            line["call"] = pending.call.key
+            if outcome is not None:
+                line["outcome"] = outcome
+                error = (answer or {}).get("error")
+                result = (answer or {}).get("result")
+                line["isError"] = error is not None or (isinstance(result, dict) and result.get("isError") is True)
+        if pending.ticket is not None:
+            line["batch"] = pending.ticket.batch
+        if pending.annotations:
+            line["annotations"] = dict(pending.annotations)
+        return line
+
+
+def _side_effect(annotations: Mapping[str, Any] | None) -> bool:
+    """Annotated destructive (explicitly) and not idempotent."""
+    if not annotations:
+        return False
+    return annotations.get("destructiveHint") is True and annotations.get("idempotentHint") is not True

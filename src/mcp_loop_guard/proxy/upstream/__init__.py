@@ -1,0 +1,1 @@
+"""Upstream servers: child processes, connections, restarts and supervision."""

@@ -1,0 +1,250 @@
+"""An upstream MCP server run as a child process, spoken to in JSON-RPC lines over its stdin and stdout.
+
+Not the SDK's stdio client: that one filters the environment (an upstream must inherit ours),
+hides the process (we report its exit status), and parses every line into models. The child
+gets its own process group so that wrappers such as ``npx`` or ``uvx`` leave no orphans when
+it is stopped; its exit is watched directly (a pidfd where the system has them), since a
+grandchild holding the pipes would make a dead upstream look alive.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import logging
+import os
+import shlex
+import signal
+import subprocess
+import sys
+from collections import deque
+from collections.abc import Mapping, Sequence
+from contextlib import suppress
+from dataclasses import dataclass, field
+
+import anyio
+
+from mcp_loop_guard.proxy.wire.fd import Fd
+from mcp_loop_guard.proxy.wire.lines import LineReader
+
+logger = logging.getLogger(__name__)
+upstream_logger = logging.getLogger("mcp_loop_guard.upstream")
+"""Carries upstreams' stderr lines when logs are JSON."""
+
+__all__ = ["ChildProcess", "UpstreamStartError", "spawn", "terminate_all_now"]
+
+TERM_GRACE = 2.0
+"""Seconds a child gets after SIGTERM before SIGKILL."""
+EOF_GRACE = 0.4
+"""Seconds a child gets to exit by itself once its stdin is closed (MCP's way to ask it to stop)."""
+STDERR_TAIL_LINES = 5
+"""How many of the child's last stderr lines an error message quotes."""
+_PIPE_SIZE = 1 << 20
+_F_SETPIPE_SZ = 1031  # Linux fcntl command; not exported by the fcntl module on Python 3.11
+
+_stderr_as_logs = False
+
+
+def relay_stderr_as_logs(enabled: bool) -> None:
+    """Relay upstreams' stderr lines as log records (JSON logs) instead of byte for byte."""
+    global _stderr_as_logs  # noqa: PLW0603 - one process-wide output format, set once at start
+    _stderr_as_logs = enabled
+
+
+class UpstreamStartError(Exception):
+    """The upstream command could not be started at all."""
+
+
+def _pipe() -> tuple[int, int]:
+    """A pipe with a 1 MB buffer where the system allows it: a large result then needs few wake-ups."""
+    read_end, write_end = os.pipe()
+    with suppress(OSError):
+        fcntl.fcntl(write_end, _F_SETPIPE_SZ, _PIPE_SIZE)
+    return read_end, write_end
+
+
+@dataclass(eq=False)  # compared and hashed by identity: one child is one process
+class ChildProcess:
+    """A running upstream and the facts a user needs when it goes away."""
+
+    command: tuple[str, ...]
+    process: subprocess.Popen[bytes]
+    to_child: Fd
+    """Our end of the child's stdin pipe."""
+    from_child: Fd
+    """Our end of the child's stdout pipe."""
+    from_stderr: Fd
+    display: str = ""
+    """How messages name the command (the config's own text, without expanded secrets)."""
+    stderr_tail: deque[str] = field(default_factory=lambda: deque(maxlen=STDERR_TAIL_LINES))
+    stopping: bool = False
+    """The guard asked it to stop: its exit is expected, not a crash."""
+    adopted: bool = False
+    """Taken over by a running relay (a child started before the event loop that nobody took is killed)."""
+    _stdin_open: bool = True
+    _exited: anyio.Event | None = None
+
+    @property
+    def exited(self) -> anyio.Event:
+        """Set once the process has ended (created in the event loop, on first use)."""
+        if self._exited is None:
+            self._exited = anyio.Event()
+        return self._exited
+
+    def kill_now(self) -> None:
+        """Kill the whole process group at once and reap it (outside the event loop)."""
+        _signal_group(self.process.pid, signal.SIGKILL)
+        with suppress(subprocess.TimeoutExpired):
+            self.process.wait(TERM_GRACE)
+        _live.discard(self)
+        for fd in (self.to_child.fd, self.from_child.fd, self.from_stderr.fd):
+            with suppress(OSError):
+                os.close(fd)
+
+    @property
+    def pid(self) -> int:
+        """The child's process id, which is also its process group id."""
+        return self.process.pid
+
+    @property
+    def label(self) -> str:
+        """The command as a user would type it, for error messages."""
+        return self.display or shlex.join(self.command)
+
+    @property
+    def returncode(self) -> int | None:
+        """Exit status once the child has exited, negative for a signal."""
+        return self.process.returncode
+
+    def describe_exit(self, *, stderr: bool = True) -> str:
+        """One clause saying how the child ended (and its last stderr lines, when asked)."""
+        code = self.returncode
+        if code is None:
+            return "closed its stdout"
+        if code < 0:
+            try:
+                how = f"was killed by {signal.Signals(-code).name}"
+            except ValueError:
+                how = f"was killed by signal {-code}"
+        else:
+            how = f"exited with status {code}"
+        if stderr and self.stderr_tail:
+            how += "; its last stderr lines: " + " | ".join(self.stderr_tail)
+        return how
+
+    def close_stdin(self) -> None:
+        """Close the child's stdin: how an MCP client asks a stdio server to exit."""
+        self.stopping = True
+        if self._stdin_open:
+            self._stdin_open = False
+            with suppress(OSError):
+                os.close(self.to_child.fd)
+
+    async def watch(self) -> None:
+        """Set :attr:`exited` when the process ends (and reap it)."""
+        pidfd = -1
+        with suppress(AttributeError, OSError):
+            pidfd = os.pidfd_open(self.process.pid)
+        try:
+            while self.process.poll() is None:
+                if pidfd >= 0:
+                    await anyio.wait_readable(pidfd)
+                else:
+                    await anyio.sleep(0.05)
+        finally:
+            if pidfd >= 0:
+                os.close(pidfd)
+        self.exited.set()
+
+    async def relay_stderr(self) -> None:
+        """Pass the child's stderr on (byte for byte, or as log records), keeping its last lines."""
+        lines = LineReader(4096)
+        with suppress(OSError):
+            while chunk := await self.from_stderr.read():
+                if not _stderr_as_logs:
+                    sys.stderr.buffer.write(chunk)
+                    sys.stderr.buffer.flush()
+                for line in lines.feed(chunk):
+                    if isinstance(line, bytes) and line.strip():
+                        text = line.decode(errors="replace").rstrip()
+                        self.stderr_tail.append(text.strip()[:300])
+                        if _stderr_as_logs:
+                            upstream_logger.info("%s", text, extra={"upstream": self.label})
+
+    async def stop(self, *, eof_grace: float = EOF_GRACE, term_grace: float = TERM_GRACE) -> None:
+        """Close stdin, wait a moment, SIGTERM the group, wait, SIGKILL the group. Bounded and shielded."""
+        with anyio.CancelScope(shield=True):
+            self.close_stdin()
+            with anyio.move_on_after(eof_grace):
+                await self.exited.wait()
+            pgid = self.process.pid
+            if _signal_group(pgid, signal.SIGTERM):
+                with anyio.move_on_after(term_grace):
+                    while _signal_group(pgid, 0):  # noqa: ASYNC110 - a group's end has no event
+                        await anyio.sleep(0.02)
+                _signal_group(pgid, signal.SIGKILL)
+            with anyio.move_on_after(term_grace):
+                await self.exited.wait()
+            _live.discard(self)
+            for fd in (self.from_child.fd, self.from_stderr.fd):
+                with suppress(OSError):
+                    os.close(fd)
+
+
+def _signal_group(pgid: int, sig: int) -> bool:
+    """Signal the whole group; False when nobody is left in it."""
+    try:
+        os.killpg(pgid, sig)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # pragma: no cover - a group member changed owner
+        return True
+    return True
+
+
+_live: set[ChildProcess] = set()
+"""Children not yet stopped, for a signal that must end them at once."""
+
+
+def terminate_all_now() -> None:
+    """SIGTERM every live child's process group now, without waiting out any grace period."""
+    for child in list(_live):
+        _signal_group(child.process.pid, signal.SIGTERM)
+
+
+def spawn(
+    command: Sequence[str], *, env: Mapping[str, str] | None = None, cwd: str | None = None, display: str = ""
+) -> ChildProcess:
+    """Start ``command`` now (a plain fork and exec: usable before the event loop runs).
+
+    Raises:
+        UpstreamStartError: the command cannot be started (not found, not executable, bad cwd).
+    """
+    child_in, to_child = _pipe()
+    from_child, child_out = _pipe()
+    from_stderr, child_err = os.pipe()
+    label = display or shlex.join(command)
+    try:
+        process = subprocess.Popen(
+            list(command),
+            stdin=child_in,
+            stdout=child_out,
+            stderr=child_err,
+            env={**os.environ, **(env or {})},
+            cwd=cwd,
+            start_new_session=True,
+            close_fds=True,
+        )
+    except (OSError, subprocess.SubprocessError) as exc:
+        for fd in (to_child, from_child, from_stderr):
+            os.close(fd)
+        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+        msg = f"cannot start upstream `{label}`: {reason}"
+        raise UpstreamStartError(msg) from exc
+    finally:
+        for fd in (child_in, child_out, child_err):
+            os.close(fd)
+    for fd in (to_child, from_child, from_stderr):
+        os.set_inheritable(fd, False)
+    child = ChildProcess(tuple(command), process, Fd(to_child), Fd(from_child, _PIPE_SIZE), Fd(from_stderr), display)
+    _live.add(child)
+    return child

@@ -1,0 +1,236 @@
+"""One stdio upstream for the message relay: its child process, restarted after a crash, and the guard's own requests.
+
+The client's own ``initialize`` reaches the first child as it was sent. When the child dies,
+the next message after a backoff delay starts a new one and replays that ``initialize``
+(and ``notifications/initialized``) itself, so the client's session goes on. Until the delay
+has passed, messages fail at once with the reason, so a crash-looping server is never
+hammered. Requests the guard sends itself (the replayed ``initialize``, a ``tools/list`` to
+learn annotations) carry ids of their own and their answers never reach the client.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import math
+from collections.abc import Awaitable, Callable, Coroutine
+from dataclasses import dataclass
+from typing import Any
+
+import anyio
+import anyio.abc
+
+from mcp_loop_guard.config import StdioServer
+from mcp_loop_guard.proxy.upstream.backoff import Backoff
+from mcp_loop_guard.proxy.upstream.child import ChildProcess, UpstreamStartError, spawn
+from mcp_loop_guard.proxy.wire.lines import LineReader, Oversized
+from mcp_loop_guard.proxy.wire.messages import BadLine, Message, parse
+
+logger = logging.getLogger(__name__)
+
+OWN_ID_PREFIX = "mcp-loop-guard-"
+"""Ids of the guard's own requests upstream; a client never picks these (and would only confuse itself)."""
+HANDSHAKE_TIMEOUT = 120.0
+"""Seconds a restarted upstream may take to answer the replayed initialize (``npx`` may download first)."""
+
+Incoming = Callable[[Message | BadLine | Oversized], Awaitable[None]]
+
+
+class UpstreamDownError(Exception):
+    """The upstream cannot take a message now; the text says why (exit status, backoff)."""
+
+
+@dataclass
+class _Own:
+    """A request of the guard's own, awaiting its answer."""
+
+    done: anyio.Event
+    answer: dict[str, Any] | None = None
+
+
+class StdioUpstream:
+    """The child behind a stdio relay, as a line channel that restarts itself."""
+
+    def __init__(
+        self,
+        spec: StdioServer,
+        on_message: Incoming,
+        on_exit: Callable[[ChildProcess], Awaitable[None]],
+        *,
+        on_restart: Callable[[], Coroutine[Any, Any, None]] | None = None,
+        max_bytes: int,
+        first: ChildProcess | None = None,
+        handshake_timeout: float = HANDSHAKE_TIMEOUT,
+        backoff: Backoff | None = None,
+    ) -> None:
+        """``first``: a child already started (at process start, before the event loop)."""
+        self.spec = spec
+        self.on_message = on_message
+        self.on_exit = on_exit
+        self.on_restart = on_restart
+        self.max_bytes = max_bytes
+        self.child = first
+        self.handshake_timeout = handshake_timeout
+        self.backoff = backoff or Backoff()
+        self.initialize: dict[str, Any] | None = None
+        """The client's initialize request, replayed to a restarted child."""
+        self.initialized: bytes | None = None
+        """The client's notifications/initialized line."""
+        self.restarts = 0
+        self._tg: anyio.abc.TaskGroup | None = None
+        self._own: dict[str, _Own] = {}
+        self._ids = itertools.count(1)
+        self._failures = 0
+        self._retry_at = 0.0
+        self._down_reason = ""
+        self._lock = anyio.Lock()
+
+    @property
+    def label(self) -> str:
+        """How messages name the upstream: its command as configured."""
+        return f"`{self.child.label if self.child else self.spec.display}`"
+
+    async def run(self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
+        """Serve the child (and its successors) until cancelled; stop the last one on the way out."""
+        try:
+            async with anyio.create_task_group() as tg:
+                self._tg = tg
+                if self.child is None:
+                    self.child = self._spawn()
+                tg.start_soon(self._serve, self.child)
+                task_status.started()
+                await anyio.sleep_forever()
+        finally:
+            if self.child is not None:
+                await self.child.stop()
+
+    def _spawn(self) -> ChildProcess:
+        spec = self.spec
+        return spawn([spec.command, *spec.args], env=spec.env, cwd=spec.cwd, display=spec.display)
+
+    async def _serve(self, child: ChildProcess) -> None:
+        """Read one child's output until it ends, then report its exit."""
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(child.watch)
+            tg.start_soon(child.relay_stderr)
+            lines = LineReader(self.max_bytes)
+            try:
+                while chunk := await child.from_child.read():
+                    for line in lines.feed(chunk):
+                        await self._take(line)
+            except OSError as error:
+                logger.debug("reading upstream stdout failed: %s", error)
+            with anyio.move_on_after(1.0):  # the exit status arrives a moment after stdout closes
+                await child.exited.wait()
+            tg.cancel_scope.cancel()
+        self._went_down(child)
+        for own in self._own.values():
+            own.done.set()
+        await self.on_exit(child)
+
+    async def _take(self, line: bytes | Oversized) -> None:
+        parsed = line if isinstance(line, Oversized) else parse(line)
+        if parsed is None:
+            return
+        if isinstance(parsed, Message):
+            ident = parsed.body.get("id")
+            if isinstance(ident, str) and ident.startswith(OWN_ID_PREFIX) and parsed.is_response:
+                own = self._own.pop(ident, None)
+                if own is not None:
+                    own.answer = parsed.body
+                    own.done.set()
+                return
+        await self.on_message(parsed)
+
+    def _went_down(self, child: ChildProcess) -> None:
+        if child is not self.child or child.stopping:
+            return
+        self._failures += 1
+        self._down_reason = f"upstream {self.label} {child.describe_exit()}"
+        delay = self.backoff.delay(self._failures)
+        self._retry_at = anyio.current_time() + delay
+        logger.warning("%s; it is started again on the next request, no sooner than in %.1fs", self._down_reason, delay)
+
+    def down_reason(self) -> str | None:
+        """Why the upstream cannot take messages now, or None when it can."""
+        return self._down_reason or None
+
+    async def send(self, line: bytes) -> None:
+        """Write one line to the child, starting a new child first if the last one died.
+
+        Raises:
+            UpstreamDownError: the child is dead and the backoff delay has not passed, or a new one failed to start.
+        """
+        child = self.child
+        if child is None or child.exited.is_set() or self._down_reason:
+            child = await self._ensure()
+        try:
+            await child.to_child.write(line)
+        except OSError as error:
+            raise UpstreamDownError(
+                f"upstream {self.label} stopped reading its input ({error.strerror or error})"
+            ) from None
+
+    async def _ensure(self) -> ChildProcess:
+        async with self._lock:
+            child = self.child
+            if child is not None and not child.exited.is_set() and not self._down_reason:
+                return child
+            if anyio.current_time() < self._retry_at:
+                raise UpstreamDownError(self._down_reason)
+            if child is not None:
+                await child.stop(eof_grace=0.05)
+            try:
+                child = self._spawn()
+            except UpstreamStartError as error:
+                self._failures += 1
+                self._down_reason = str(error)
+                self._retry_at = anyio.current_time() + self.backoff.delay(self._failures)
+                raise UpstreamDownError(str(error)) from None
+            self.child = child
+            self._down_reason = ""
+            self.restarts += 1
+            assert self._tg is not None
+            self._tg.start_soon(self._serve, child)
+            if self.initialize is not None:
+                await self._replay(child)
+            logger.info("restarted upstream %s", self.label)
+            self._failures = 0
+            if self.on_restart is not None:
+                self._tg.start_soon(self.on_restart)
+            return child
+
+    async def _replay(self, child: ChildProcess) -> None:
+        """Repeat the client's handshake to a new child, so the client's session goes on."""
+        assert self.initialize is not None
+        params = self.initialize.get("params")
+        answer = await self.request("initialize", params, within=self.handshake_timeout, child=child)
+        if answer is None or "result" not in answer:
+            why = child.describe_exit() if child.exited.is_set() else "did not complete the handshake again"
+            self._down_reason = f"upstream {self.label} {why}"
+            raise UpstreamDownError(self._down_reason)
+        if self.initialized is not None:
+            await child.to_child.write(self.initialized)
+
+    async def request(
+        self, method: str, params: Any, *, within: float, child: ChildProcess | None = None
+    ) -> dict[str, Any] | None:
+        """A request of the guard's own: the answer's body, or None (no answer in time, or the child died)."""
+        target = child or self.child
+        if target is None or target.exited.is_set():
+            return None
+        ident = f"{OWN_ID_PREFIX}{next(self._ids)}"
+        own = _Own(anyio.Event())
+        self._own[ident] = own
+        body: dict[str, Any] = {"jsonrpc": "2.0", "id": ident, "method": method}
+        if params is not None:
+            body["params"] = params
+        try:
+            await target.to_child.write(Message(body).line())
+            with anyio.move_on_after(within if math.isfinite(within) else HANDSHAKE_TIMEOUT):
+                await own.done.wait()
+        except OSError:
+            return None
+        finally:
+            self._own.pop(ident, None)
+        return own.answer

@@ -1,0 +1,151 @@
+"""File descriptors read and written on the event loop, without a thread hop per line.
+
+Pipes and sockets (what every MCP client gives a stdio server) are made non-blocking and
+waited on with the loop's own readiness calls; files and terminals fall back to a thread per
+read or write. While a stdio guard serves, fd 0 reads /dev/null and fd 1 points at stderr, so
+a stray print or an inherited descriptor can never corrupt the protocol channel.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+from collections import deque
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager, suppress
+
+import anyio
+import anyio.to_thread
+
+__all__ = ["Fd", "Writer", "claimed_stdio"]
+
+READ_CHUNK = 1 << 16
+
+
+def _is_stream(fd: int) -> bool:
+    mode = os.fstat(fd).st_mode
+    return stat.S_ISFIFO(mode) or stat.S_ISSOCK(mode)
+
+
+class Fd:
+    """One private descriptor, read or written on the loop when it can be non-blocking."""
+
+    def __init__(self, fd: int, read_size: int = READ_CHUNK) -> None:
+        """Take over ``fd`` (closing it stays the owner's job)."""
+        self.fd = fd
+        self.read_size = read_size
+        self.on_loop = _is_stream(fd)
+        if self.on_loop:
+            os.set_blocking(fd, False)
+
+    async def read(self) -> bytes:
+        """The next chunk; b"" at end of file.
+
+        Raises:
+            OSError: the descriptor failed.
+        """
+        if not self.on_loop:
+            return await anyio.to_thread.run_sync(os.read, self.fd, self.read_size, abandon_on_cancel=True)
+        while True:
+            try:
+                return os.read(self.fd, self.read_size)
+            except BlockingIOError:
+                await anyio.wait_readable(self.fd)
+
+    def write_now(self, data: bytes | memoryview) -> int:
+        """Write what fits without waiting; the number of bytes written (0 when the pipe is full)."""
+        if not self.on_loop:
+            return 0
+        try:
+            return os.write(self.fd, data)
+        except BlockingIOError:
+            return 0
+
+    async def write(self, data: bytes | memoryview) -> None:
+        """Write all of ``data``.
+
+        Raises:
+            OSError: the reader went away (BrokenPipeError) or the descriptor failed.
+        """
+        view = memoryview(data)
+        while view:
+            if self.on_loop:
+                try:
+                    written = os.write(self.fd, view)
+                except BlockingIOError:
+                    await anyio.wait_writable(self.fd)
+                    continue
+            else:
+                written = await anyio.to_thread.run_sync(os.write, self.fd, view)
+            view = view[written:]
+
+
+class Writer:
+    """Whole messages onto one descriptor from several tasks, never interleaved.
+
+    A message that fits in the pipe is written at once, without a task switch (the common
+    case); otherwise the writer takes the descriptor until its message is out, and hands it
+    to the next waiting writer in order.
+    """
+
+    def __init__(self, fd: Fd) -> None:
+        """Serialize the writes to ``fd``."""
+        self.fd = fd
+        self._busy = False
+        self._waiters: deque[anyio.Event] = deque()
+
+    async def write(self, data: bytes) -> None:
+        """Write one whole message.
+
+        Raises:
+            OSError: the reader went away or the descriptor failed.
+        """
+        if self._busy:
+            turn = anyio.Event()
+            self._waiters.append(turn)
+            try:
+                await turn.wait()
+            except BaseException:
+                if turn.is_set():
+                    self._hand_on()
+                else:
+                    self._waiters.remove(turn)
+                raise
+        else:
+            written = self.fd.write_now(data)
+            if written == len(data):
+                return
+            data = data[written:]
+            self._busy = True
+        try:
+            await self.fd.write(data)
+        finally:
+            self._hand_on()
+
+    def _hand_on(self) -> None:
+        if self._waiters:
+            self._waiters.popleft().set()  # the next writer owns the descriptor now
+        else:
+            self._busy = False
+
+
+@asynccontextmanager
+async def claimed_stdio() -> AsyncIterator[tuple[Fd, Fd]]:
+    """Move the wire to private descriptors; point fd 0 at /dev/null and fd 1 at stderr."""
+    wire_in = os.dup(0)
+    wire_out = os.dup(1)
+    saved_in, saved_out = os.dup(0), os.dup(1)
+    devnull = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(devnull, 0)
+    os.dup2(2, 1)
+    os.close(devnull)
+    for fd in (wire_in, wire_out):
+        os.set_inheritable(fd, False)
+    try:
+        yield Fd(wire_in), Fd(wire_out)
+    finally:
+        os.dup2(saved_in, 0)
+        os.dup2(saved_out, 1)
+        for fd in (saved_in, saved_out, wire_in, wire_out):
+            with suppress(OSError):
+                os.close(fd)

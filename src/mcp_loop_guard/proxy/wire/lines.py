@@ -1,0 +1,97 @@
+"""Newline-delimited framing: split a byte stream into lines, never holding more than a limit of one."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from mcp_loop_guard.proxy.wire import codec
+from mcp_loop_guard.proxy.wire.messages import RequestId
+
+__all__ = ["LineReader", "Oversized"]
+
+
+@dataclass(frozen=True, slots=True)
+class Oversized:
+    """A line longer than the limit: dropped, with what is needed to answer it."""
+
+    size: int
+    request_id: RequestId | None
+    """The top-level ``id`` when it could be read from the line's ends."""
+
+
+_ID_AT_START = re.compile(rb'^\s*\{\s*"jsonrpc"\s*:\s*"2\.0"\s*,\s*"id"\s*:\s*(-?\d+|"(?:[^"\\]|\\.)*")')
+_ID_FIRST = re.compile(rb'^\s*\{\s*"id"\s*:\s*(-?\d+|"(?:[^"\\]|\\.)*")')
+_ID_AT_END = re.compile(rb'"id"\s*:\s*(-?\d+|"(?:[^"\\]|\\.)*")\s*\}\s*$')
+_KEEP = 256
+
+
+def _read_id(head: bytes, tail: bytes) -> RequestId | None:
+    """The top-level id of a message too large to parse: SDKs write it near one end or the other."""
+    match = _ID_AT_START.match(head) or _ID_FIRST.match(head) or _ID_AT_END.search(tail)
+    if match is None:
+        return None
+    try:
+        value = codec.loads(match.group(1))
+    except ValueError:
+        return None
+    return value if isinstance(value, str | int) and not isinstance(value, bool) else None
+
+
+class LineReader:
+    """Split a byte stream into lines, never holding more than ``limit`` bytes of one line.
+
+    Appending to one buffer keeps a large message linear to assemble; a line over the
+    limit is counted and dropped as it streams by, keeping only its two ends.
+    """
+
+    def __init__(self, limit: int) -> None:
+        """``limit``: the largest line kept, in bytes."""
+        self.limit = limit
+        self._buffer = bytearray()
+        self._skipped = 0
+        self._head = b""
+
+    def feed(self, chunk: bytes) -> list[bytes | Oversized]:
+        """The lines (without newline) completed by ``chunk``."""
+        lines: list[bytes | Oversized] = []
+        start = 0
+        if not self._buffer and not self._skipped:
+            # The common case, a chunk of whole lines: slice them out without copying into the buffer.
+            while (end := chunk.find(b"\n", start)) >= 0:
+                if end - start > self.limit:
+                    self._take(chunk[start:end])
+                    lines.append(self._finish())
+                else:
+                    lines.append(chunk[start:end])
+                start = end + 1
+            if start < len(chunk):
+                self._take(chunk[start:])
+            return lines
+        while (end := chunk.find(b"\n", start)) >= 0:
+            self._take(chunk[start:end])
+            lines.append(self._finish())
+            start = end + 1
+        self._take(chunk[start:])
+        return lines
+
+    def _take(self, piece: bytes) -> None:
+        if self._skipped:
+            self._skipped += len(piece)
+            self._buffer[:] = (bytes(self._buffer) + piece)[-_KEEP:]
+            return
+        self._buffer += piece
+        if len(self._buffer) > self.limit:
+            self._skipped = len(self._buffer)
+            self._head = bytes(self._buffer[:_KEEP])
+            del self._buffer[: len(self._buffer) - _KEEP]
+
+    def _finish(self) -> bytes | Oversized:
+        if self._skipped:
+            found = Oversized(self._skipped, _read_id(self._head, bytes(self._buffer)))
+            self._skipped, self._head = 0, b""
+            self._buffer.clear()
+            return found
+        line = bytes(self._buffer)
+        self._buffer.clear()
+        return line

@@ -1,0 +1,232 @@
+"""JSON-RPC messages as the relay sees them: a parsed body and the bytes it came in, and every error.
+
+A message the guard does not change is relayed as the bytes it arrived in; only a body the
+guard rewrites (a warning appended) is serialized again. Every JSON-RPC error the guard itself
+writes is built here, by :func:`error`.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any, Final
+
+from mcp_loop_guard.proxy.wire import codec
+
+__all__ = [
+    "GUARD_FAULT",
+    "INTERNAL_ERROR",
+    "INVALID_PARAMS",
+    "INVALID_REQUEST",
+    "METHOD_NOT_FOUND",
+    "PARSE_ERROR",
+    "BadLine",
+    "Message",
+    "RequestId",
+    "error",
+    "parse",
+    "top_level_id",
+]
+
+PARSE_ERROR: Final = -32700
+INVALID_REQUEST: Final = -32600
+METHOD_NOT_FOUND: Final = -32601
+INVALID_PARAMS: Final = -32602
+INTERNAL_ERROR: Final = -32603
+
+GUARD_FAULT: Final = "mcp-loop-guard/fault"
+"""Key in an error's ``data`` marking a failure the guard detected, not one the upstream sent."""
+
+RequestId = str | int
+
+
+@dataclass(slots=True)
+class Message:
+    """One JSON-RPC message: its body, and the bytes it arrived in (None once the body is changed)."""
+
+    body: dict[str, Any]
+    raw: bytes | None = None
+
+    @property
+    def method(self) -> str | None:
+        """The method of a request or notification, None for a response."""
+        method = self.body.get("method")
+        return method if isinstance(method, str) else None
+
+    @property
+    def id(self) -> RequestId | None:
+        """The id of a request or response, None for a notification."""
+        ident = self.body.get("id")
+        return ident if isinstance(ident, str | int) and not isinstance(ident, bool) else None
+
+    @property
+    def is_request(self) -> bool:
+        """A request (method and id)."""
+        return "method" in self.body and "id" in self.body
+
+    @property
+    def is_notification(self) -> bool:
+        """A notification (method, no id)."""
+        return "method" in self.body and "id" not in self.body
+
+    @property
+    def is_response(self) -> bool:
+        """A response: a result or an error, for an id."""
+        return "method" not in self.body and ("result" in self.body or "error" in self.body)
+
+    def line(self) -> bytes:
+        """The message as one line, newline included: the original bytes when unchanged."""
+        if self.raw is not None:
+            return self.raw + b"\n"
+        return codec.dumps(self.body) + b"\n"
+
+    def changed(self) -> Message:
+        """Mark the body as changed: it will be serialized again."""
+        self.raw = None
+        return self
+
+
+@dataclass(frozen=True, slots=True)
+class BadLine:
+    """A line that is no JSON-RPC message, with what to answer."""
+
+    problem: str
+    reply: Message | None
+    """The error response to send back; None when none is due (a broken response)."""
+    response_to: RequestId | None = None
+    """For a broken response: the id of the request it answers, when readable."""
+
+
+def error(request_id: RequestId | None, code: int, message: str, data: Any = None) -> Message:
+    """A JSON-RPC error response."""
+    body: dict[str, Any] = {"jsonrpc": "2.0", "id": request_id, "error": {"code": code, "message": message}}
+    if data is not None:
+        body["error"]["data"] = data
+    return Message(body)
+
+
+def result(request_id: RequestId, value: dict[str, Any]) -> Message:
+    """A JSON-RPC result response."""
+    return Message({"jsonrpc": "2.0", "id": request_id, "result": value})
+
+
+def parse(line: bytes) -> Message | BadLine | None:  # noqa: PLR0911 - one return per kind of line
+    """Parse one line into a message; None for a blank line.
+
+    Checks the JSON-RPC 2.0 envelope only (what the relay needs to route a message); the
+    meaning of a method's parameters is the upstream's business, not the relay's.
+    """
+    if not line.strip():
+        return None
+    try:
+        body = codec.loads(line)
+    except RecursionError:
+        return _invalid(top_level_id(line), "nested too deeply to read")
+    except ValueError:
+        return BadLine("invalid JSON", error(None, PARSE_ERROR, "Parse error: the line is not valid JSON"))
+    if not isinstance(body, dict):
+        return _invalid(None, "not a JSON-RPC 2.0 request or notification (batches are not part of MCP)")
+    ident = body.get("id")
+    usable = ident if isinstance(ident, str | int) and not isinstance(ident, bool) else None
+    if body.get("jsonrpc") != "2.0":
+        if "method" not in body and "id" in body:
+            return BadLine("malformed response", None, usable)
+        return _invalid(usable, "not a JSON-RPC 2.0 request or notification")
+    if "method" in body:
+        return _request(body, line, usable)
+    return _response(body, line, usable)
+
+
+def _request(body: dict[str, Any], line: bytes, usable: RequestId | None) -> Message | BadLine:
+    if not isinstance(body["method"], str):
+        return _invalid(usable, "the method must be a string")
+    if "id" in body and usable is None:
+        return _invalid(None, "the id must be a string or an integer")
+    params = body.get("params")
+    if params is not None and not isinstance(params, dict):
+        return _invalid(usable, "params must be an object")
+    return Message(body, line)
+
+
+def _response(body: dict[str, Any], line: bytes, usable: RequestId | None) -> Message | BadLine:
+    if "id" not in body:
+        return _invalid(None, "not a JSON-RPC 2.0 request or notification")
+    if ("result" not in body and "error" not in body) or ("result" in body and not isinstance(body["result"], dict)):
+        return BadLine("malformed response", None, usable)
+    return Message(body, line)
+
+
+def _invalid(request_id: RequestId | None, why: str) -> BadLine:
+    return BadLine(why, error(request_id, INVALID_REQUEST, f"Invalid Request: {why}"))
+
+
+def top_level_id(line: bytes | bytearray) -> RequestId | None:
+    """The top-level ``id`` of a JSON object, found without parsing nested values (any depth, any order).
+
+    For messages too deep or too large to parse, so that their error can still be matched to
+    their request.
+    """
+    depth = 0
+    position = 0
+    length = len(line)
+    want_key = False
+    while position < length:
+        char = line[position]
+        if char == 0x22:  # a string
+            end = _string_end(line, position)
+            if end < 0:
+                return None
+            if depth == 1 and want_key:
+                key = bytes(line[position + 1 : end])
+                colon = _skip_space(line, end + 1)
+                if key == b"id" and colon < length and line[colon] == 0x3A:
+                    return _id_value(line, _skip_space(line, colon + 1))
+                want_key = False
+            position = end + 1
+            continue
+        if char in (0x7B, 0x5B):  # { [
+            depth += 1
+            want_key = depth == 1 and char == 0x7B
+        elif char in (0x7D, 0x5D):  # } ]
+            depth -= 1
+        elif char == 0x2C and depth == 1:  # , between top-level members
+            want_key = True
+        position += 1
+    return None
+
+
+_STRING_OR_INT = re.compile(rb'-?\d+|"(?:[^"\\]|\\.)*"')
+
+
+def _id_value(line: bytes | bytearray, position: int) -> RequestId | None:
+    match = _STRING_OR_INT.match(line, position)
+    if match is None:
+        return None
+    try:
+        value = codec.loads(match.group(0))
+    except ValueError:
+        return None
+    return value if isinstance(value, str | int) and not isinstance(value, bool) else None
+
+
+def _skip_space(line: bytes | bytearray, position: int) -> int:
+    while position < len(line) and line[position] in b" \t\r\n":
+        position += 1
+    return position
+
+
+def _string_end(line: bytes | bytearray, start: int) -> int:
+    """Index of the closing quote of the string starting at ``start``, or -1."""
+    position = start + 1
+    while True:
+        quote = line.find(b'"', position)
+        if quote < 0:
+            return -1
+        backslashes = 0
+        back = quote - 1
+        while back > start and line[back] == 0x5C:
+            backslashes += 1
+            back -= 1
+        if backslashes % 2 == 0:
+            return quote
+        position = quote + 1

@@ -1,0 +1,287 @@
+"""``mcp-loop-guard replay``: run the detector over recorded traces, with any settings.
+
+A trace is JSON Lines, one line per ``tools/call`` in the order the calls started (the
+format of the event log, ``LOOP_GUARD_EVENT_LOG``). Replay judges each line as the running
+guard would have, with the same settings (flags, environment, ``--config``), so an operator
+can record in shadow mode and see what enforcing, or other thresholds, would have done.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from itertools import groupby
+from pathlib import Path
+from typing import IO, Any
+
+from mcp_loop_guard.core import detector
+from mcp_loop_guard.core.detector import Call, Outcome, Ticket
+from mcp_loop_guard.core.fingerprint import call_key
+from mcp_loop_guard.core.model import Action, Verdict
+from mcp_loop_guard.core.policy import Policy
+from mcp_loop_guard.core.scrub import PRESETS, ScrubRules
+from mcp_loop_guard.core.state import DIGEST, State
+from mcp_loop_guard.policies import PolicyTable
+
+__all__ = ["Line", "TraceError", "judge_trace", "read_trace", "suggest_scrub"]
+
+
+class TraceError(ValueError):
+    """A trace line that cannot be read: ``file:line: what is wrong``."""
+
+
+@dataclass(frozen=True, slots=True)
+class Line:
+    """One recorded call, read and checked."""
+
+    number: int
+    session: str
+    tool: str
+    call: str
+    """The call's 16-hex fingerprint (from ``arguments``, or recorded as ``call``)."""
+    arguments: Mapping[str, Any] | None
+    result: Mapping[str, Any] | None
+    outcome: Outcome | None
+    """None: the call ended without an answer (a guard fault, a cancellation)."""
+    batch: object
+    annotations: Mapping[str, Any] | None
+    server: str | None
+    at: float
+
+
+@dataclass
+class Judged:
+    """What the detector said about one line."""
+
+    line: Line
+    verdict: str
+    """``allow``, ``warn``, ``block``, ``abort`` or ``closed`` (the session had already been aborted)."""
+    rule: str | None = None
+    count: int = 0
+
+
+def _fail(where: str, number: int, problem: str) -> TraceError:
+    return TraceError(f"{where}:{number}: {problem}")
+
+
+def read_trace(stream: IO[str], where: str) -> Iterator[Line]:
+    """The lines of one trace, checked.
+
+    Raises:
+        TraceError: a line that is not JSON or not of the trace format, with the file and line number.
+    """
+    previous = 0.0
+    for number, text in enumerate(stream, start=1):
+        if not text.strip():
+            continue
+        try:
+            entry = json.loads(text)
+        except ValueError as error:
+            raise _fail(where, number, f"not JSON ({error})") from None
+        if not isinstance(entry, dict):
+            raise _fail(where, number, "expected a JSON object")
+        line = _line(entry, number, previous + 1.0, where)
+        previous = line.at
+        yield line
+
+
+def _line(entry: Mapping[str, Any], number: int, default_at: float, where: str) -> Line:
+    session, tool = entry.get("session"), entry.get("tool")
+    if not isinstance(session, str) or not isinstance(tool, str):
+        raise _fail(where, number, '"session" and "tool" are required strings')
+    arguments = entry.get("arguments", {} if "call" not in entry else None)
+    if arguments is not None and not isinstance(arguments, dict):
+        raise _fail(where, number, '"arguments" must be an object')
+    key = entry.get("call")
+    if arguments is not None:
+        key = call_key(tool, arguments)[:DIGEST]
+    elif not isinstance(key, str):
+        raise _fail(where, number, 'give "arguments" (or "call", a recorded fingerprint)')
+    result, outcome = entry.get("result"), None
+    if result is not None:
+        if not isinstance(result, dict):
+            raise _fail(where, number, '"result" must be an object (a CallToolResult)')
+    elif isinstance(entry.get("error"), dict) and "outcome" not in entry:
+        error = entry["error"]
+        outcome = detector.error_outcome(error.get("code"), error.get("message"))
+    elif isinstance(entry.get("outcome"), str):
+        outcome = Outcome(entry["outcome"], bool(entry.get("isError")))
+    at = entry.get("at", default_at)
+    if not isinstance(at, int | float) or isinstance(at, bool) or not math.isfinite(at):
+        raise _fail(where, number, '"at" must be a number of seconds')
+    annotations = entry.get("annotations")
+    if annotations is not None and not isinstance(annotations, dict):
+        raise _fail(where, number, '"annotations" must be an object')
+    server = entry.get("server")
+    if server is not None and not isinstance(server, str):
+        raise _fail(where, number, '"server" must be a string')
+    return Line(number, session, tool, key, arguments, result, outcome, entry.get("batch"), annotations, server, at)
+
+
+@dataclass
+class _Session:
+    state: State = field(default_factory=State)
+    closed: bool = False
+
+
+def judge_trace(lines: Iterable[Line], policies: PolicyTable) -> list[Judged]:
+    """Judge every line, session by session, as the live guard would (batches begun together)."""
+    sessions: dict[str, _Session] = {}
+    judged: dict[int, Judged] = {}
+    ordered = list(lines)
+
+    def group_key(line: Line) -> tuple[str, object]:
+        return (line.session, line.batch if line.batch is not None else ("alone", line.number))
+
+    for (session_name, _), group in groupby(ordered, key=group_key):
+        session = sessions.setdefault(session_name, _Session())
+        for line, outcome in _judge_batch(list(group), session, policies):
+            judged[line.number] = outcome
+    return [judged[line.number] for line in ordered]
+
+
+def _judge_batch(batch: list[Line], session: _Session, policies: PolicyTable) -> Iterator[tuple[Line, Judged]]:
+    """Begin every call of a batch, then end them in order: they were in flight together."""
+    begun: list[tuple[Line, Ticket | None, Policy]] = []
+    for line in batch:
+        if session.closed:
+            yield line, Judged(line, "closed")
+            continue
+        policy = _policy(line, policies)
+        side_effect = _side_effect(line.annotations)
+        ticket, verdict = detector.begin(
+            session.state, Call(line.tool, line.call, side_effect), policy, policies.session, line.at
+        )
+        if ticket is None and verdict.judged >= Action.BLOCK:
+            session.closed = verdict.judged is Action.ABORT
+            yield line, _judged(line, verdict)
+            continue
+        begun.append((line, ticket, policy))
+        if ticket is None:
+            yield line, _judged(line, verdict)
+    for line, ticket, policy in begun:
+        if ticket is None:
+            continue
+        outcome = line.outcome
+        if outcome is None and line.result is not None:
+            outcome = detector.outcome_of(line.result, policy)
+        if outcome is None:
+            detector.abandon(session.state, ticket, policies.session, line.at)
+            yield line, _judged(line, _shadowed(ticket))
+            continue
+        verdict = detector.finish(session.state, ticket, outcome, policies.session, line.at)
+        yield line, _judged(line, verdict)
+
+
+def _shadowed(ticket: Ticket) -> Verdict:
+    """What a call that ended without an answer was judged at its start."""
+    if ticket.owed is None:
+        return Verdict(Action.ALLOW, ticket.tool, 0)
+    family, count, action, text = ticket.owed
+    return Verdict(Action.ALLOW, ticket.tool, count, text, family=family, shadow=action)
+
+
+def _judged(line: Line, verdict: Verdict) -> Judged:
+    action = verdict.judged
+    return Judged(
+        line,
+        action.name.lower(),
+        verdict.family.value if verdict.family is not None and action is not Action.ALLOW else None,
+        verdict.streak if action is not Action.ALLOW else 0,
+    )
+
+
+def _policy(line: Line, policies: PolicyTable) -> Policy:
+    if line.server is not None:
+        own = line.tool.removeprefix(f"{line.server}__")
+        return policies(line.server, own)
+    return policies("", line.tool)
+
+
+def _side_effect(annotations: Mapping[str, Any] | None) -> bool:
+    if not annotations:
+        return False
+    return annotations.get("destructiveHint") is True and annotations.get("idempotentHint") is not True
+
+
+def suggest_scrub(lines: Sequence[Line]) -> list[str]:
+    """Presets that would make repeated calls' results equal where they now differ only in volatile parts."""
+    found: list[str] = []
+    last: dict[tuple[str, str], Mapping[str, Any]] = {}
+    for line in lines:
+        if line.result is None:
+            continue
+        key = (line.session, line.call)
+        previous = last.get(key)
+        last[key] = line.result
+        if previous is None or previous == line.result:
+            continue
+        for name in PRESETS:
+            if name not in found and ScrubRules(presets=(name,)).differs_only_in_volatile(previous, line.result):
+                found.append(name)
+        if not any(ScrubRules(presets=(name,)).differs_only_in_volatile(previous, line.result) for name in found):
+            everything = ScrubRules(presets=tuple(PRESETS))
+            if everything.differs_only_in_volatile(previous, line.result):
+                found.extend(name for name in PRESETS if name not in found)
+    return found
+
+
+def print_timeline(judged: Sequence[Judged], out: IO[str], where: str) -> None:
+    """One line per call: number, session, tool, verdict and rule, aligned for reading."""
+    width = max((len(item.line.tool) for item in judged), default=4)
+    print(f"{where}: {len(judged)} calls", file=out)
+    for item in judged:
+        note = f"  {item.rule} #{item.count}" if item.rule else ""
+        where_in = f"{item.line.number:>5}  {item.line.session[:24]:<24}"
+        print(f"  {where_in}  {item.line.tool:<{width}}  {item.verdict:<6}{note}", file=out)
+
+
+def as_json(item: Judged) -> str:
+    """The ``--json`` form of one judged line."""
+    body: dict[str, Any] = {
+        "line": item.line.number,
+        "session": item.line.session,
+        "tool": item.line.tool,
+        "verdict": item.verdict,
+        "rule": item.rule,
+    }
+    if item.rule:
+        body["count"] = item.count
+    return json.dumps(body)
+
+
+def run(paths: Sequence[str], policies: PolicyTable, *, as_lines: bool, out: IO[str] = sys.stdout) -> int:
+    """Replay every file (``-`` for stdin); 0 when all were read, 2 with the first unreadable line.
+
+    Raises:
+        TraceError: a line that cannot be read.
+    """
+    for path in paths:
+        where = "<stdin>" if path == "-" else path
+        if path == "-":
+            lines = list(read_trace(sys.stdin, where))
+        else:
+            try:
+                with Path(path).open(encoding="utf-8") as stream:
+                    lines = list(read_trace(stream, where))
+            except OSError as error:
+                raise TraceError(f"{where}: cannot read it: {error.strerror or error}") from None
+            except UnicodeDecodeError:
+                raise TraceError(f"{where}: not UTF-8 text") from None
+        judged = judge_trace(lines, policies)
+        if as_lines:
+            for item in judged:
+                print(as_json(item), file=out)
+        else:
+            print_timeline(judged, out, where)
+        suggestions = suggest_scrub(lines)
+        if suggestions:
+            print(
+                f"{where}: some repeated calls got results that differ only in volatile parts; "
+                f"LOOP_GUARD_SCRUB={','.join(suggestions)} would count them as the same result",
+                file=sys.stderr,
+            )
+    return 0
