@@ -10,12 +10,14 @@ the tools it offers: only the main conversation offers the scripted MCP tool. It
 number is the number of assistant turns already in the conversation, so a retried
 request gets the same answer. The script: ``calls`` turns each asking for the same
 ``tool_use``, then one final text turn. Every ``tool_result`` the client sends back for
-those calls is kept, in call order, as the model saw it.
+those calls is kept, in call order, as the model saw it, less the ``<system-reminder>``
+texts Claude Code itself appends to some of them.
 """
 
 from __future__ import annotations
 
 import json
+import re
 import threading
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
@@ -26,6 +28,8 @@ from typing import Any
 LOCALHOST = "127.0.0.1"
 TOOL_USE_PREFIX = "toolu_loop_"
 """The prefix of the ids of the scripted tool calls."""
+REMINDER = re.compile(r"\s*<system-reminder>.*?</system-reminder>", re.DOTALL)
+"""Claude Code appends reminders of its own to tool results now and then (e.g. to use its todo tool)."""
 SIDE_ANSWER = "Repeated tool calls"
 """What a side request (a title, a summary) gets when it asks for plain text."""
 
@@ -66,12 +70,21 @@ class Request:
 
 
 def _texts(content: Any) -> tuple[str, ...]:
-    """The texts of a tool_result's content, which is a string or a list of blocks."""
+    """The texts of a tool_result's content (a string or a list of blocks), without the client's reminders."""
     if isinstance(content, str):
-        return (content,)
-    if isinstance(content, list):
-        return tuple(block.get("text", "") for block in content if block.get("type") == "text")
-    return ()
+        found = [content]
+    elif isinstance(content, list):
+        found = [block.get("text", "") for block in content if block.get("type") == "text"]
+    else:
+        found = []
+    return tuple(text for text in map(_without_reminders, found) if text is not None)
+
+
+def _without_reminders(text: str) -> str | None:
+    """The text less Claude Code's reminders; None when there was nothing else."""
+    if "<system-reminder>" not in text:
+        return text
+    return REMINDER.sub("", text).rstrip() or None
 
 
 def _placeholder(schema: Mapping[str, Any]) -> Any:
