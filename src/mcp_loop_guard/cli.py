@@ -62,6 +62,13 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--upstream", metavar="URL", help="guard one streamable HTTP (or SSE, path ending in /sse) upstream"
     )
+    parser.add_argument(
+        "--header",
+        action="append",
+        default=[],
+        metavar='"NAME: VALUE"',
+        help="with --upstream: a header sent with every request to it (repeatable)",
+    )
     for field in setting_fields():
         flag = "--" + field.name.replace("_", "-")
         help_text = f"{field.description} (env {field.env}, default {_shown(field.default)})"
@@ -128,12 +135,16 @@ def main(argv: Sequence[str] | None = None) -> int:
             file=sys.stderr,
         )
         return EXIT_USAGE
+    if args.header and args.upstream is None:
+        parser.print_usage(sys.stderr)
+        print("mcp-loop-guard: error: --header goes with --upstream URL", file=sys.stderr)
+        return EXIT_USAGE
     overrides: dict[str, Any] = {f.name: getattr(args, f.name) for f in setting_fields()}
     try:
         if args.config is not None:
             config = load_config(Path(args.config))
         elif args.upstream is not None:
-            config = url_config(args.upstream)
+            config = url_config(args.upstream, headers=args.header)
         else:
             config = stdio_command_config(command, args.cwd)
         settings = load_settings(config.settings, **overrides)
