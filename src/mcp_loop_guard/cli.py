@@ -32,6 +32,7 @@ examples:
   mcp-loop-guard --upstream http://127.0.0.1:3001/mcp
   mcp-loop-guard --warn-threshold 4 --ignore-tools 'todo_*' -- npx -y @modelcontextprotocol/server-everything
   mcp-loop-guard demo
+  mcp-loop-guard wrap --client claude-desktop      (then --write; see `mcp-loop-guard wrap --help`)
 
 exit codes: 0 client closed the session, 1 the upstream could not be started,
 2 bad usage or settings, 3 the session was aborted for looping.
@@ -118,6 +119,10 @@ def _configure_logging(level: str, log_format: str = "text", *, contents: bool =
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the console script; returns the process exit code."""
     args_list = list(sys.argv[1:] if argv is None else argv)
+    if args_list[:1] in (["wrap"], ["unwrap"]):
+        from mcp_loop_guard.wrap import main as wrap_main  # noqa: PLC0415 - the MCP SDK stays unloaded
+
+        return wrap_main(args_list[1:], undo=args_list[0] == "unwrap")
     if args_list[:1] == ["demo"]:
         from mcp_loop_guard.demo import run_demo  # noqa: PLC0415 - rich loads only for the demo
 
