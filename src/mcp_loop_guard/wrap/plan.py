@@ -76,7 +76,25 @@ def rewrite(text: str, client: Client, *, prefix: Sequence[str], undo: bool, onl
             continue
         edits.append((entry.start, entry.end, new))
         outcomes.append(Outcome(entry.section, entry.name, changed=True, detail=detail))
-    return Rewrite(apply(text, edits), tuple(outcomes))
+    new = apply(text, edits)
+    if edits:
+        _must_parse(new, syntax)
+    return Rewrite(new, tuple(outcomes))
+
+
+def _must_parse(text: str, syntax: Syntax) -> None:
+    """A last look at the whole rewritten file before anything is shown or written.
+
+    Raises:
+        RuntimeError: it does not parse, which would be a bug of wrap: nothing is written then.
+    """
+    try:
+        if syntax.name == "TOML":
+            tomllib.loads(text)
+        else:
+            jsonc.parse(text)
+    except (TextSyntaxError, tomllib.TOMLDecodeError) as error:
+        raise RuntimeError(f"the rewritten file would not parse ({error}); nothing written") from error
 
 
 class _Work:
