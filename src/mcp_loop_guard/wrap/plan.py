@@ -206,7 +206,13 @@ class _Work:
         if routes:
             expected["type"] = "stdio"
         how = "streamable HTTP" if transport == "http" else "SSE"
-        return self._checked(new, expected), f"wrapped: remote, the guard reaches it over {how}{disabled}"
+        caution = (
+            ""
+            if headers
+            else f"; it sends no headers: if {client.title} signs you in to it (OAuth), the guard cannot, "
+            f"so take it out again with unwrap --only {self.entry.name}"
+        )
+        return self._checked(new, expected), f"wrapped: remote, the guard reaches it over {how}{disabled}{caution}"
 
     def _declared(self, key: str) -> Literal["http", "sse"] | None:
         """The transport the entry names, if it names one."""
@@ -223,6 +229,9 @@ class _Work:
         for transport, spelling in self.client.type_names.items():
             if kind == spelling:
                 return "sse" if transport == "sse" else "http"
+        if kind in ("streamable-http", "streamableHttp"):
+            spelled = self.client.type_names["http"]
+            raise _LeftAloneError(f'left as is: unwrap would write its type back as "{spelled}"; write that, then wrap')
         raise _LeftAloneError(f"left as is: its type {kind!r} is not a transport the guard reaches (http, sse)")
 
     def unwrap(self) -> tuple[str, str]:
