@@ -131,6 +131,7 @@ def test_a_guard_command_of_several_words_is_written_and_recognised() -> None:
         ("vscode", '{"type": "http", "url": "https://h/events/sse"}', "and this entry says http"),
         ("vscode", '{"type": "websocket", "url": "wss://h/ws"}', "not an http(s) URL"),
         ("claude-code", '{"type": "ws", "url": "https://h/ws"}', "its type 'ws' is not a transport"),
+        ("generic", '{"type": "streamable-http", "url": "https://h/mcp"}', 'write its type back as "http"'),
         ("generic", '{"url": "https://h/mcp", "headers": {"A": /* why */ "b"}}', "byte for byte"),
         ("generic", '{"url": "https://h/mcp", "headers": {"Bad Name": "b"}}', "cannot be passed as --header"),
         ("generic", '{"command": "x", "url": "https://h/mcp"}', "has both command and url"),
