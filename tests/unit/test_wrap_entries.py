@@ -224,3 +224,12 @@ def test_codex_remote_entries_with_sse_paths_or_empty_headers_are_left() -> None
     assert "empty http_headers" in details["b"]
     assert "outside its [mcp_servers.NAME] table" in details["c"]
     assert _wrap(text, CLIENTS["codex"]) == text
+
+
+@pytest.mark.parametrize("newline", ["\n", "\r\n"])
+def test_a_codex_file_without_a_final_newline_round_trips(newline: str) -> None:
+    """A server table on the last line of a file without a final newline gets its args line and loses it again."""
+    text = f'model = "x"{newline}{newline}[mcp_servers.a]{newline}command = "srv"'
+    wrapped = _wrap(text, CLIENTS["codex"])
+    assert wrapped == text.replace('"srv"', f'"/usr/local/bin/mcp-loop-guard"{newline}args = ["--", "srv"]')
+    assert _unwrap(wrapped, CLIENTS["codex"]) == text

@@ -137,9 +137,11 @@ toml_strings = st.one_of(
         unique_by=lambda table: table[0],
     ),
     newline=st.sampled_from(["\n", "\r\n"]),
+    enabled=st.booleans(),
+    final_newline=st.booleans(),
 )
 def test_codex_toml_round_trips_in_any_layout(
-    tables: list[tuple[str, str, list[str] | None, bool, str]], newline: str
+    tables: list[tuple[str, str, list[str] | None, bool, str]], newline: str, enabled: bool, final_newline: bool
 ) -> None:
     """Codex tables with any string kinds, one- or multi-line args, comments and CRLF come back byte for byte."""
     lines = ['model = "x"', ""]
@@ -150,8 +152,8 @@ def test_codex_toml_round_trips_in_any_layout(
                 "[" + newline + "".join(f"  {arg},{newline}" for arg in args) + "]" if multi else f"[{', '.join(args)}]"
             )
             lines.append(f"args = {body}{comment}")
-        lines += ["enabled = true", ""]
-    text = newline.join(lines)
+        lines += ["enabled = true", ""] if enabled else [""]
+    text = newline.join(lines) if final_newline else newline.join(lines).rstrip("\r\n")
     wrapped = rewrite(text, CLIENTS["codex"], prefix=GUARD, undo=False)
     assert all(o.changed for o in wrapped.outcomes), [o.detail for o in wrapped.outcomes]
     assert rewrite(wrapped.text, CLIENTS["codex"], prefix=GUARD, undo=False).text == wrapped.text
@@ -159,4 +161,4 @@ def test_codex_toml_round_trips_in_any_layout(
     before, after = tomllib.loads(text)["mcp_servers"], tomllib.loads(wrapped.text)["mcp_servers"]
     for name, entry in before.items():
         assert after[name]["args"] == ["--", entry["command"], *entry.get("args", [])]
-        assert after[name]["enabled"] is True
+        assert after[name].get("enabled") == entry.get("enabled")

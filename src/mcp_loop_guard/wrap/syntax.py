@@ -158,9 +158,13 @@ class TomlSyntax:
         return (end + 1, end + 1, f"{indent}{member}{newline_of(text)}")
 
     def remove(self, text: str, entry: Node, pair: Pair) -> Edit:
-        """The whole line."""
-        end = text.find("\n", pair.value.end)
-        return (line_start(text, pair.key_start), len(text) if end < 0 else end + 1, "")
+        """The whole line (on the last line of a text without a final newline, the line break before it)."""
+        start, end = line_start(text, pair.key_start), text.find("\n", pair.value.end)
+        if end >= 0:
+            return (start, end + 1, "")
+        if start > 0:
+            start -= 2 if text[start - 2 : start] == "\r\n" else 1
+        return (start, len(text), "")
 
     def header_pair(self, key_inner: str, value_inner: str, like: Pair, text: str) -> str:
         """``"Name" = "value"``."""
