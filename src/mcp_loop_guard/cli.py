@@ -35,6 +35,7 @@ examples:
   mcp-loop-guard --upstream http://127.0.0.1:3001/mcp
   mcp-loop-guard --warn-threshold 4 --ignore-tools 'todo_*' -- npx -y @modelcontextprotocol/server-everything
   mcp-loop-guard demo
+  mcp-loop-guard wrap --client claude-desktop      (then --write; see `mcp-loop-guard wrap --help`)
 
 exit codes: 0 client closed the session, 1 the upstream could not be started,
 2 bad usage or settings, 3 the session was aborted for looping.
@@ -64,6 +65,13 @@ def _parser(fields: Sequence[SettingField]) -> argparse.ArgumentParser:
     )
     parser.add_argument(
         "--upstream", metavar="URL", help="guard one streamable HTTP (or SSE, path ending in /sse) upstream"
+    )
+    parser.add_argument(
+        "--header",
+        action="append",
+        default=[],
+        metavar='"NAME: VALUE"',
+        help="with --upstream: a header sent with every request to it (repeatable)",
     )
     for field in fields:
         flag = "--" + field.name.replace("_", "-")
@@ -147,6 +155,10 @@ def _option(options: Sequence[str], flag: str) -> str | None:
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the console script; returns the process exit code."""
     args_list = list(sys.argv[1:] if argv is None else argv)
+    if args_list[:1] in (["wrap"], ["unwrap"]):
+        from mcp_loop_guard.wrap import main as wrap_main  # noqa: PLC0415 - the MCP SDK stays unloaded
+
+        return wrap_main(args_list[1:], undo=args_list[0] == "unwrap")
     if args_list[:1] == ["demo"]:
         from mcp_loop_guard.demo import run_demo  # noqa: PLC0415 - rich loads only for the demo
 
@@ -181,12 +193,16 @@ def _start(args_list: list[str], early: ChildProcess | UpstreamStartError | None
             file=sys.stderr,
         )
         return EXIT_USAGE
+    if args.header and args.upstream is None:
+        parser.print_usage(sys.stderr)
+        print("mcp-loop-guard: error: --header goes with --upstream URL", file=sys.stderr)
+        return EXIT_USAGE
     overrides: dict[str, Any] = {f.name: getattr(args, f.name) for f in setting_fields()}
     try:
         if args.config is not None:
             config = load_config(Path(args.config))
         elif args.upstream is not None:
-            config = url_config(args.upstream)
+            config = url_config(args.upstream, headers=args.header)
         else:
             config = stdio_command_config(command, args.cwd)
         settings = load_settings(config.settings, **overrides)

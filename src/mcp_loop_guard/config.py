@@ -55,6 +55,8 @@ _SESSION_ONLY = frozenset(
     for spelling in (name, to_camel(name))
 )
 """Setting spellings a server may not override: they rule the whole session."""
+_HEADER_NAME = re.compile(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]+$")
+"""An HTTP header name (an RFC 9110 token)."""
 _LAUNCHERS = frozenset({"npx", "pnpx", "bunx", "uvx", "pipx"})
 """Package runners whose first argument names the server better than they do."""
 
@@ -212,17 +214,26 @@ def stdio_command_config(command: Sequence[str], cwd: str | None) -> GuardConfig
     return GuardConfig(None, (server,), FileSettings({}))
 
 
-def url_config(url: str, transport: Literal["http", "sse"] | None = None) -> GuardConfig:
+def url_config(url: str, transport: Literal["http", "sse"] | None = None, headers: Sequence[str] = ()) -> GuardConfig:
     """The ``--upstream URL`` form: one remote server, SSE when the path ends in ``/sse``.
 
+    ``headers`` are ``--header`` values, ``"Name: value"``, sent as given with every request.
+
     Raises:
-        ConfigError: ``url`` is not an http(s) URL.
+        ConfigError: ``url`` is not an http(s) URL, or a header is not ``Name: value``.
     """
     if not _is_http_url(url):
         raise ConfigError("--upstream", [("", "expected an http:// or https:// URL with a host")])
+    sent: dict[str, str] = {}
+    for header in headers:
+        name, colon, value = header.partition(":")
+        if not colon or not _HEADER_NAME.match(name.strip()):
+            raise ConfigError("--header", [("", 'expected "Name: value", with a header name before the colon')])
+        sent[name.strip()] = value.strip()
     host = urlsplit(url).hostname or ""
     name = re.sub(r"[^a-zA-Z0-9_-]", "-", host)[:64] or "upstream"
-    return GuardConfig(None, (HttpServer(name, url, transport or _guess_transport(url)),), FileSettings({}))
+    server = HttpServer(name, url, transport or _guess_transport(url), MappingProxyType(sent))
+    return GuardConfig(None, (server,), FileSettings({}))
 
 
 def _servers(document: Mapping[str, Any], file: str, problems: list[tuple[str, str]]) -> tuple[ServerSpec, ...]:

@@ -352,6 +352,21 @@ def test_the_upstream_url_must_be_http(url: str) -> None:
         url_config(url)
 
 
+def test_header_flags_become_the_upstreams_headers() -> None:
+    """--header "Name: value" values are sent as given (client variables already expanded), split at the first colon."""
+    config = url_config("https://h/mcp", headers=["Authorization: Bearer a:b", "X-Team:tools ", "X-Empty:"])
+    (server,) = config.servers
+    assert isinstance(server, HttpServer)
+    assert dict(server.headers) == {"Authorization": "Bearer a:b", "X-Team": "tools", "X-Empty": ""}
+
+
+@pytest.mark.parametrize("header", ["no colon", ": value", "Bad Name: value"])
+def test_a_header_flag_needs_a_name_and_a_colon(header: str) -> None:
+    """A --header that is not "Name: value" is reported under --header."""
+    with pytest.raises(ConfigError, match=r'^--header: expected "Name: value"'):
+        url_config("https://h/mcp", headers=[header])
+
+
 def test_every_example_guard_config_loads(monkeypatch: pytest.MonkeyPatch) -> None:
     """configs/*.json load with load_config, their servers and settings parse."""
     monkeypatch.setenv("GITHUB_TOKEN", "ghp_example")
