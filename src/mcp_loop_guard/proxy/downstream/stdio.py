@@ -28,6 +28,8 @@ logger = logging.getLogger(__name__)
 EXIT_OK = 0
 EXIT_LOOP_ABORTED = 3
 """The session was closed because the agent kept repeating refused calls."""
+ABORT_LINGER = 2.0
+"""After an aborting refusal and our stdout closed, how long the client may take to close its side."""
 
 
 @dataclass
@@ -45,18 +47,19 @@ class Ending:
             self.done.set()
 
 
-async def _read_client(stdin: Fd, pipe: Pipe, limit: int, ending: Ending) -> None:
+async def _read_client(stdin: Fd, pipe: Pipe, limit: int, ending: Ending, gone: anyio.Event) -> None:
     lines = LineReader(limit)
     try:
         while chunk := await stdin.read():
+            if ending.done.is_set():
+                continue  # the session is over: wait for the client to close its side, read nothing more
             for line in lines.feed(chunk):
                 await pipe.from_client(line)
-                if ending.done.is_set():
-                    return
         for line in lines.feed(b"\n"):
             await pipe.from_client(line)
     except OSError as error:
         logger.debug("reading stdin failed: %s", error)
+    gone.set()
     ending.end("eof")
 
 
@@ -97,10 +100,19 @@ async def serve_pipe(plan: Plan, first: ChildProcess | None = None) -> int:
         async with anyio.create_task_group() as tg:
             tg.start_soon(_watch_signals, ending)
             await tg.start(upstream.run)
-            tg.start_soon(_read_client, stdin, pipe, settings.max_message_bytes, ending)
+            client_gone = anyio.Event()
+            tg.start_soon(_read_client, stdin, pipe, settings.max_message_bytes, ending, client_gone)
             tg.start_soon(pipe.watch_timeouts)
             await ending.done.wait()
-            if ending.why == "eof" and upstream.child is not None:
+            if ending.why == "abort":
+                # The refusal is out: end the session by closing our stdout, so the client reads the
+                # refusal and then the end; it closes its side in turn (or the linger runs out).
+                stdout.close()
+                if upstream.child is not None:
+                    upstream.child.close_stdin()
+                with anyio.move_on_after(ABORT_LINGER):
+                    await client_gone.wait()
+            elif ending.why == "eof" and upstream.child is not None:
                 # Answers still in progress may go out while the upstream exits by itself.
                 upstream.child.close_stdin()
                 with anyio.move_on_after(EOF_GRACE):

@@ -22,7 +22,7 @@ import anyio
 from mcp_loop_guard.config import StdioServer
 from mcp_loop_guard.proxy.relay.judge import Judge, Pending, Refusal
 from mcp_loop_guard.proxy.relay.tools import ToolFacts
-from mcp_loop_guard.proxy.relay.verdicts import failed
+from mcp_loop_guard.proxy.relay.verdicts import complete, failed
 from mcp_loop_guard.proxy.upstream.child import ChildProcess
 from mcp_loop_guard.proxy.upstream.stdio import HANDSHAKE_TIMEOUT, StdioUpstream, UpstreamDownError
 from mcp_loop_guard.proxy.wire import messages as wire
@@ -31,6 +31,9 @@ from mcp_loop_guard.proxy.wire.messages import BadLine, Message, RequestId
 
 logger = logging.getLogger(__name__)
 
+RESERVED_META = "io.modelcontextprotocol/"
+MODERN_META = RESERVED_META + "protocolVersion"
+"""The key every 2026-07-28 request carries in its ``_meta``."""
 _OWN_TOKEN = "mcp-loop-guard-progress-"  # noqa: S105 - a progress token prefix, not a secret
 """Progress tokens the guard adds (for the call timeout) to requests that carry none."""
 
@@ -45,6 +48,8 @@ class InFlight:
     own_token: bool
     judged: Pending | None = None
     first_page: bool = False
+    modern: bool = False
+    """A 2026-07-28 request: results the guard writes for it name their type."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -153,10 +158,10 @@ class Pipe:
                 await self.send(wire.error(ident, wire.INVALID_PARAMS, f"Invalid params: {why}").line())
                 return
             decision = await self.judge.begin(
-                self.server, name, name, arguments, annotations=await self._annotations(name)
+                self.server, name, name, arguments, annotations=await self._annotations(name, params)
             )
             if isinstance(decision, Refusal):
-                await self.send(wire.result(ident, decision.result).line())
+                await self.send(wire.result(ident, complete(decision.result, modern=flight.modern)).line())
                 if decision.abort:
                     self.on_abort()
                 return
@@ -189,19 +194,28 @@ class Pipe:
                 "_meta": {**(meta if isinstance(meta, dict) else {}), "progressToken": token},
             }
             message.changed()
-        return InFlight(method, deadline, token, own)
+        modern = isinstance(meta, dict) and MODERN_META in meta
+        return InFlight(method, deadline, token, own, modern=modern)
 
-    async def _annotations(self, tool: str) -> dict[str, Any] | None:
-        """The tool's annotations; the first call before any tools/list fetches the list itself."""
+    async def _annotations(self, tool: str, params: dict[str, Any]) -> dict[str, Any] | None:
+        """The tool's annotations; the first call before any tools/list fetches the list itself.
+
+        The guard's own request carries the client's 2026-07-28 envelope (protocol version,
+        client info), so an upstream speaking that era answers it as it answers the client.
+        """
         if not self.facts.listed and self.upstream.down_reason() is None:
-            await self._learn_tools()
+            meta = params.get("_meta")
+            envelope = {k: v for k, v in meta.items() if k.startswith(RESERVED_META)} if isinstance(meta, dict) else {}
+            await self._learn_tools(envelope)
         return self.facts.annotations(tool)
 
-    async def _learn_tools(self) -> None:
+    async def _learn_tools(self, envelope: dict[str, Any]) -> None:
         cursor: object = None
         for page in range(20):
-            params = {"cursor": cursor} if cursor else None
-            answer = await self.upstream.request("tools/list", params, within=self.limits.call_timeout or 10.0)
+            params: dict[str, Any] = {"cursor": cursor} if cursor else {}
+            if envelope:
+                params["_meta"] = envelope
+            answer = await self.upstream.request("tools/list", params or None, within=self.limits.call_timeout or 10.0)
             result = (answer or {}).get("result")
             if not isinstance(result, dict):
                 self.facts.listed = True  # nothing to learn from this server (no tools, or no answer)
@@ -352,7 +366,7 @@ class Pipe:
             if flight.judged is not None:
                 await self.judge.dropped(flight.judged)
             logger.warning("tools/call failed: %s", reason)
-            await self.send(wire.result(ident, failed(reason)).line())
+            await self.send(wire.result(ident, complete(failed(reason), modern=flight.modern)).line())
             return
         await self.send(wire.error(ident, wire.INTERNAL_ERROR, reason, {wire.GUARD_FAULT: fault}).line())
 

@@ -77,6 +77,13 @@ def refused(verdict: Verdict, policy: Policy) -> dict[str, Any]:
     return _with_meta(result, verdict, policy)
 
 
+def complete(result: dict[str, Any], *, modern: bool) -> dict[str, Any]:
+    """A result the guard wrote, typed as 2026-07-28 results are (``resultType``) when the request was."""
+    if modern and "resultType" not in result:
+        result["resultType"] = "complete"
+    return result
+
+
 def failed(message: str) -> dict[str, Any]:
     """A tool error result for a call the guard could not complete (upstream gone, timed out)."""
     return {"content": [{"type": "text", "text": f"{MARKER} {message}"}], "isError": True}

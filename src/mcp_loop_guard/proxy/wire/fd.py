@@ -34,9 +34,17 @@ class Fd:
         """Take over ``fd`` (closing it stays the owner's job)."""
         self.fd = fd
         self.read_size = read_size
+        self.closed = False
         self.on_loop = _is_stream(fd)
         if self.on_loop:
             os.set_blocking(fd, False)
+
+    def close(self) -> None:
+        """Close the descriptor, once (a closed number may be reused by another file at once)."""
+        if not self.closed:
+            self.closed = True
+            with suppress(OSError):
+                os.close(self.fd)
 
     async def read(self) -> bytes:
         """The next chunk; b"" at end of file.
@@ -141,11 +149,13 @@ async def claimed_stdio() -> AsyncIterator[tuple[Fd, Fd]]:
     os.close(devnull)
     for fd in (wire_in, wire_out):
         os.set_inheritable(fd, False)
+    stdin, stdout = Fd(wire_in), Fd(wire_out)
     try:
-        yield Fd(wire_in), Fd(wire_out)
+        yield stdin, stdout
     finally:
         os.dup2(saved_in, 0)
         os.dup2(saved_out, 1)
-        for fd in (saved_in, saved_out, wire_in, wire_out):
-            with suppress(OSError):
-                os.close(fd)
+        for fd in (saved_in, saved_out):
+            os.close(fd)
+        stdin.close()
+        stdout.close()
