@@ -5,9 +5,10 @@
 # Needs Python 3.11+ (as python3, or set PYTHON) and Node.js with npm. Creates
 # .venv in the repository if missing, installs the package with its `test` extra
 # (pytest, ruff, mypy, mcp-server-time, mcp-server-git, ...), and installs the
-# pinned npm packages of every tests/*/package.json (server-everything in tests/node,
-# the conformance suite in tests/conformance) from their lockfiles, and redis-server (from
-# apt, when missing) for the state store tests.
+# pinned npm packages of every tests/*/package.json (server-everything and
+# server-filesystem in tests/node, the conformance suite in tests/conformance, the Claude
+# Code CLI in tests/clients) from their lockfiles, and redis-server (from apt, when
+# missing) for the state store tests.
 set -euo pipefail
 
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
