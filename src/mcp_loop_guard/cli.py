@@ -35,6 +35,7 @@ examples:
   mcp-loop-guard --upstream http://127.0.0.1:3001/mcp
   mcp-loop-guard --warn-threshold 4 --ignore-tools 'todo_*' -- npx -y @modelcontextprotocol/server-everything
   mcp-loop-guard demo
+  mcp-loop-guard replay --json events.jsonl          (judge recorded calls with other settings)
   mcp-loop-guard wrap --client claude-desktop      (then --write; see `mcp-loop-guard wrap --help`)
 
 exit codes: 0 client closed the session, 1 the upstream could not be started,
@@ -73,6 +74,13 @@ def _parser(fields: Sequence[SettingField]) -> argparse.ArgumentParser:
         metavar='"NAME: VALUE"',
         help="with --upstream: a header sent with every request to it (repeatable)",
     )
+    _add_setting_flags(parser, fields)
+    parser.add_argument("command", nargs=argparse.REMAINDER, help="-- COMMAND [ARG...]: the upstream MCP server")
+    return parser
+
+
+def _add_setting_flags(parser: argparse.ArgumentParser, fields: Sequence[SettingField]) -> None:
+    """One flag per setting, with its variable and default in the help."""
     for field in fields:
         flag = "--" + field.name.replace("_", "-")
         help_text = f"{field.description} (env {field.env}, default {_shown(field.default)})"
@@ -80,8 +88,6 @@ def _parser(fields: Sequence[SettingField]) -> argparse.ArgumentParser:
             parser.add_argument(flag, action=argparse.BooleanOptionalAction, default=None, help=help_text)
         else:
             parser.add_argument(flag, default=None, metavar=field.name.split("_")[-1].upper(), help=help_text)
-    parser.add_argument("command", nargs=argparse.REMAINDER, help="-- COMMAND [ARG...]: the upstream MCP server")
-    return parser
 
 
 class JsonFormatter(logging.Formatter):
@@ -159,6 +165,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         from mcp_loop_guard.wrap import main as wrap_main  # noqa: PLC0415 - the MCP SDK stays unloaded
 
         return wrap_main(args_list[1:], undo=args_list[0] == "unwrap")
+    if args_list[:1] == ["replay"]:
+        return _replay(args_list[1:])
     if args_list[:1] == ["demo"]:
         from mcp_loop_guard.demo import run_demo  # noqa: PLC0415 - rich loads only for the demo
 
@@ -171,6 +179,67 @@ def main(argv: Sequence[str] | None = None) -> int:
         if first is not None and not first.adopted:
             first.kill_now()
     return outcome
+
+
+def _replay(args_list: list[str]) -> int:
+    """``replay [OPTIONS] FILE...``: judge recorded traces with these settings; print a timeline or JSON lines."""
+    from mcp_loop_guard.config import ConfigError, GuardConfig, load_config  # noqa: PLC0415
+    from mcp_loop_guard.plan import plan  # noqa: PLC0415
+    from mcp_loop_guard.replay import TraceError, run  # noqa: PLC0415
+    from mcp_loop_guard.settings import FileSettings, SettingsError, load_settings, setting_fields  # noqa: PLC0415
+
+    fields = [field for field in setting_fields() if field.name in _REPLAY_SETTINGS]
+    parser = argparse.ArgumentParser(
+        prog="mcp-loop-guard replay",
+        description="Judge recorded tool calls (trace files, or the event log) as the guard would, with these "
+        "settings; `-` reads standard input.",
+    )
+    parser.add_argument("--config", metavar="FILE", help="an mcpServers JSON file: its loopGuard sections apply")
+    parser.add_argument("--json", action="store_true", help="one JSON object per input line instead of a timeline")
+    _add_setting_flags(parser, fields)
+    parser.add_argument("files", nargs="+", metavar="FILE")
+    args = parser.parse_args(args_list)
+    overrides = {field.name: getattr(args, field.name) for field in fields}
+    try:
+        config = load_config(Path(args.config)) if args.config else GuardConfig(None, (), FileSettings({}))
+        decided = plan(config, load_settings(config.settings, **overrides))
+    except (ConfigError, SettingsError) as exc:
+        print(f"mcp-loop-guard: error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    try:
+        return run(args.files, decided.policies, as_lines=args.json)
+    except TraceError as exc:
+        print(f"mcp-loop-guard: error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+
+
+_REPLAY_SETTINGS = frozenset(
+    {
+        "enabled",
+        "warn_threshold",
+        "block_threshold",
+        "abort_threshold",
+        "ignore_tools",
+        "ignore_errors",
+        "use_terminate",
+        "reset_after_seconds",
+        "cycle_max_period",
+        "same_error_warn_threshold",
+        "same_error_block_threshold",
+        "same_result_warn_threshold",
+        "same_result_block_threshold",
+        "burst_detection",
+        "side_effect_warn_threshold",
+        "side_effect_block_threshold",
+        "trust_annotations",
+        "poll_seconds",
+        "quiet_seconds",
+        "scrub",
+        "scrub_keys",
+        "mode",
+    }
+)
+"""The settings that change a verdict; the others (transport, store...) mean nothing to a replay."""
 
 
 def _start(args_list: list[str], early: ChildProcess | UpstreamStartError | None) -> int:

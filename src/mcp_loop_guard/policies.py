@@ -58,6 +58,8 @@ class ToolSpec(BaseModel):
     side_effect_warn_threshold: int | None = Field(default=None, ge=0)
     side_effect_block_threshold: int | None = Field(default=None, ge=0)
     trust_annotations: bool | None = None
+    poll_seconds: float | int | None = Field(default=None, ge=0)
+    quiet_seconds: float | int | None = Field(default=None, ge=0)
     scrub: tuple[str, ...] | None = None
     scrub_keys: tuple[str, ...] | None = None
 

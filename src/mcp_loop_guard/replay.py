@@ -13,7 +13,7 @@ import math
 import sys
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from itertools import groupby
+from itertools import combinations, groupby
 from pathlib import Path
 from typing import IO, Any
 
@@ -151,10 +151,8 @@ def _judge_batch(batch: list[Line], session: _Session, policies: PolicyTable) ->
             yield line, Judged(line, "closed")
             continue
         policy = _policy(line, policies)
-        side_effect = _side_effect(line.annotations)
-        ticket, verdict = detector.begin(
-            session.state, Call(line.tool, line.call, side_effect), policy, policies.session, line.at
-        )
+        call = _call(line, policy)
+        ticket, verdict = detector.begin(session.state, call, policy, policies.session, line.at)
         if ticket is None and verdict.judged >= Action.BLOCK:
             session.closed = verdict.judged is Action.ABORT
             yield line, _judged(line, verdict)
@@ -201,15 +199,18 @@ def _policy(line: Line, policies: PolicyTable) -> Policy:
     return policies("", line.tool)
 
 
-def _side_effect(annotations: Mapping[str, Any] | None) -> bool:
-    if not annotations:
-        return False
-    return annotations.get("destructiveHint") is True and annotations.get("idempotentHint") is not True
+def _call(line: Line, policy: Policy) -> Call:
+    """The detector's view of a recorded call (its fingerprint may be all the trace holds)."""
+    shaped = detector.call_of(line.tool, None, line.annotations, trusted=policy.trust_annotations)
+    return Call(line.tool, line.call, shaped.side_effect, shaped.read_only, shaped.acts)
 
 
 def suggest_scrub(lines: Sequence[Line]) -> list[str]:
-    """Presets that would make repeated calls' results equal where they now differ only in volatile parts."""
-    found: list[str] = []
+    """Presets that would make repeated calls' results equal where they now differ only in volatile parts.
+
+    For each such pair, the smallest set of presets that does it; their union, in preset order.
+    """
+    found: set[str] = set()
     last: dict[tuple[str, str], Mapping[str, Any]] = {}
     for line in lines:
         if line.result is None:
@@ -217,16 +218,17 @@ def suggest_scrub(lines: Sequence[Line]) -> list[str]:
         key = (line.session, line.call)
         previous = last.get(key)
         last[key] = line.result
-        if previous is None or previous == line.result:
-            continue
-        for name in PRESETS:
-            if name not in found and ScrubRules(presets=(name,)).differs_only_in_volatile(previous, line.result):
-                found.append(name)
-        if not any(ScrubRules(presets=(name,)).differs_only_in_volatile(previous, line.result) for name in found):
-            everything = ScrubRules(presets=tuple(PRESETS))
-            if everything.differs_only_in_volatile(previous, line.result):
-                found.extend(name for name in PRESETS if name not in found)
-    return found
+        if previous is not None and previous != line.result:
+            found.update(_smallest_scrub(previous, line.result))
+    return [name for name in PRESETS if name in found]
+
+
+def _smallest_scrub(first: Mapping[str, Any], second: Mapping[str, Any]) -> tuple[str, ...]:
+    for size in range(1, len(PRESETS) + 1):
+        for names in combinations(PRESETS, size):
+            if ScrubRules(presets=names).differs_only_in_volatile(first, second):
+                return names
+    return ()
 
 
 def print_timeline(judged: Sequence[Judged], out: IO[str], where: str) -> None:

@@ -127,6 +127,18 @@ class Settings(BaseSettings):
     trust_annotations: bool = Field(
         default=True, description="Judge tools marked destructiveHint (and not idempotentHint) as side effects."
     )
+    poll_seconds: float = Field(
+        default=60.0,
+        ge=0,
+        description="An identical call made at least this long after the previous call ended is a patient poll: "
+        "its streak starts over (0: off).",
+    )
+    quiet_seconds: float = Field(
+        default=10.0,
+        ge=0,
+        description="Repeats made at least this long after the previous call, or backing off, get no warning "
+        "(they are still refused); 0: off.",
+    )
     scrub_keys: Annotated[tuple[str, ...], NoDecode] = Field(
         default=(),
         description="Keys (fetched_at) or JSON paths ($.meta.requestId) left out of result fingerprints.",
@@ -375,6 +387,8 @@ class Settings(BaseSettings):
             side_effect_warn_threshold=self.side_effect_warn_threshold,
             side_effect_block_threshold=self.side_effect_block_threshold,
             trust_annotations=self.trust_annotations,
+            poll_seconds=self.poll_seconds,
+            quiet_seconds=self.quiet_seconds,
             scrub=ScrubRules(presets=self.scrub, keys=self.scrub_keys),
             mode=Mode(self.mode),
         )

@@ -39,10 +39,13 @@ class Agent:
         result: Mapping[str, Any] | None = None,
         *,
         side_effect: bool = False,
+        annotations: dict[str, Any] | None = None,
     ) -> Verdict:
-        """One sequential call, one second after the previous one."""
+        """One sequential call, one second after the previous one; ``side_effect`` annotates it destructive."""
         self.now += 1.0
-        ticket, verdict = self.detector.begin(tool, arguments, self.now, side_effect=side_effect)
+        if side_effect:
+            annotations = {"destructiveHint": True}
+        ticket, verdict = self.detector.begin(tool, arguments, self.now, annotations=annotations)
         if ticket is None:
             return verdict
         self.reached += 1
@@ -248,8 +251,17 @@ def test_side_effects_count_even_with_other_calls_in_between() -> None:
     agent = Agent()
     args = {"title": "Crash on start"}
     agent.call("create_issue", args, text("#1"), side_effect=True)
-    agent.call("list_issues", {}, text("#1"))
+    agent.call("list_issues", {}, text("#1"), annotations={"readOnlyHint": True})
     assert agent.call("create_issue", args, text("#2"), side_effect=True).action is WARN
+
+
+def test_a_repeated_action_after_another_change_is_not_a_side_effect_loop() -> None:
+    """run tests, edit, run tests, edit...: the repeat follows a change, so it is meant."""
+    agent = Agent()
+    for i in range(5):
+        verdict = agent.call("run", {"cmd": "pytest"}, text(f"{4 - i} failing"), side_effect=True)
+        assert verdict.action is ALLOW
+        agent.call("edit_file", {"n": i}, text("edited"), side_effect=True)
 
 
 def test_side_effects_are_not_judged_without_trusted_annotations() -> None:

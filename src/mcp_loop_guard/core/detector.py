@@ -68,6 +68,10 @@ class Call:
     """16-hex fingerprint of tool and arguments."""
     side_effect: bool = False
     """The tool is annotated destructive and not idempotent."""
+    read_only: bool = False
+    """The tool is annotated read-only: calling it changes nothing."""
+    acts: bool = False
+    """The tool is annotated as not read-only (``readOnlyHint: false``): it performs actions."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,11 +92,23 @@ class Ticket:
     policy: Policy
     owed: tuple[Family, int, Action, str] | None = None
     """A verdict judged at begin and delivered with the result: (family, count, action, reason)."""
+    acts: bool = False
+    """The call's tool performs actions (annotated not read-only)."""
 
 
-def call_of(tool: str, arguments: Mapping[str, Any] | None, *, side_effect: bool = False) -> Call:
-    """The detector's view of a call."""
-    return Call(tool, call_key(tool, arguments)[:DIGEST], side_effect)
+def call_of(
+    tool: str,
+    arguments: Mapping[str, Any] | None,
+    annotations: Mapping[str, Any] | None = None,
+    *,
+    trusted: bool = True,
+) -> Call:
+    """The detector's view of a call; its tool's MCP annotations count only when ``trusted``."""
+    hints = annotations if trusted and annotations else {}
+    read_only = hints.get("readOnlyHint") is True
+    side_effect = hints.get("destructiveHint") is True and hints.get("idempotentHint") is not True
+    acts = hints.get("readOnlyHint") is False
+    return Call(tool, call_key(tool, arguments)[:DIGEST], side_effect and not read_only, read_only, acts)
 
 
 def outcome_of(result: Mapping[str, Any], policy: Policy) -> Outcome:
@@ -124,33 +140,24 @@ def begin(state: State, call: Call, policy: Policy, session: Policy, now: float)
         _close_idle_window(state, session, now)
     batch = state.batches[-1] if state.batches and not state.batches[-1].closed else None
     copies = batch.members.get(call.key, 0) if batch is not None and policy.burst_detection else 0
-    found = _refusal(state, call, policy, copies)
-    owed: tuple[Family, int, Action, str] | None = None
+    gap = now - state.idle_since if not state.batches and state.idle_since is not None else 0.0
+    patient = _patient(state, call, policy, gap)
+    found = _refusal(state, call, policy, copies, patient=patient)
+    owed: Owed | None = None
     if found is not None:
         family, count, cycle = found
         if session.mode is Mode.ENFORCE:
             return None, _refuse(state, call, family, count, cycle, batch, session, now)
-        action = _count_refusal(state, session) if session.mode is Mode.SHADOW else Action.WARN
-        text = wording.refusal(family, call.tool, count, cycle)
-        if session.mode is Mode.WARN:
-            text = wording.held_back(family, call.tool, count, cycle)
-        elif action is Action.ABORT:
-            text += wording.ABORTING
-        owed = (family, count, action, text)
+        owed = _held_back(state, call, found, session)
     if batch is None:
         batch = _open_batch(state, session)
-    if len(batch.members) < MAX_MEMBERS or call.key in batch.members:
-        batch.members[call.key] = batch.members.get(call.key, 0) + 1
-    batch.live += 1
-    batch.touched = now
+        batch.gap, batch.patient = gap, patient
+    _join(state, batch, call, now)
     if owed is None and copies:
         owed = _burst_warning(state, call, policy, copies)
-    if call.side_effect and policy.trust_annotations and policy.side_effect_warn_threshold:
-        count = _count_effect(state, call.key)
-        if owed is None and count >= policy.side_effect_warn_threshold:
-            text = wording.warning(Family.SIDE_EFFECT, call.tool, count, policy.side_effect_block_threshold)
-            owed = (Family.SIDE_EFFECT, count, Action.WARN, text)
-    ticket = Ticket(batch.id, call.tool, call.key, policy, owed)
+    effect = _effect_warning(state, call, policy)
+    owed = owed or effect
+    ticket = Ticket(batch.id, call.tool, call.key, policy, owed, call.acts)
     if owed is not None and session.mode is Mode.SHADOW and owed[2] >= Action.BLOCK:
         return ticket, Verdict(Action.ALLOW, call.tool, owed[1], owed[3], state.blocks, owed[0], shadow=owed[2])
     return ticket, _allow(state, call.tool)
@@ -169,7 +176,7 @@ def finish(state: State, ticket: Ticket, outcome: Outcome, session: Policy, now:
         return _allow(state, ticket.tool)
     policy = ticket.policy
     visible = not (policy.ignore_errors and outcome.error)
-    entry = Entry(ticket.tool, ticket.call, outcome.key, outcome.error)
+    entry = Entry(ticket.tool, ticket.call, outcome.key, outcome.error, ticket.acts)
     if visible:
         batch.last = entry
         done = ticket.call + outcome.key
@@ -181,9 +188,12 @@ def finish(state: State, ticket: Ticket, outcome: Outcome, session: Policy, now:
     judged: tuple[Family, int, Action, str] | None = ticket.owed
     streak = 0
     if batch.live == 0:
+        quiet = _quiet(state, batch, policy)
         settled = _settle(state, batch, session, now)
         if visible and settled is entry:
             streak, warning = _sequential_warning(state, entry, policy)
+            if warning is not None and quiet and warning[0] in _PACED:
+                warning = None
             if warning is not None and (judged is None or judged[2] < Action.BLOCK):
                 judged = warning
     if judged is None:
@@ -193,6 +203,35 @@ def finish(state: State, ticket: Ticket, outcome: Outcome, session: Policy, now:
         return Verdict(Action.ALLOW, ticket.tool, count, text, state.blocks, family, shadow=max(action, Action.WARN))
     state.last_verdict = f"warn:{family.value}:{ticket.tool}"
     return Verdict(Action.WARN, ticket.tool, count, text, state.blocks, family)
+
+
+def _patient(state: State, call: Call, policy: Policy, gap: float) -> bool:
+    """The agent waited ``poll_seconds`` before repeating: a patient poll, not a loop.
+
+    A loop already refused stays refused, however long the agent waits in between.
+    """
+    if not policy.poll_seconds or gap < policy.poll_seconds:
+        return False
+    history = state.history
+    refused = bool(history) and history[-1].call == call.key and state.runs[0] + 2 >= policy.block_threshold
+    return not refused
+
+
+_PACED = frozenset({Family.IDENTICAL, Family.CYCLE, Family.SAME_ERROR})
+"""Families whose warnings a patient agent (slow repeats, a backoff) does not get."""
+
+
+def _quiet(state: State, batch: Batch, policy: Policy) -> bool:
+    """The agent waited before this call (``quiet_seconds``), or is backing off: warning it is wrong advice.
+
+    Records the wait for the next call's comparison.
+    """
+    gap, previous = batch.gap, state.gap
+    if gap > 0:
+        state.gap = gap
+    if not policy.quiet_seconds or gap <= 0:
+        return False
+    return gap >= policy.quiet_seconds or (previous >= 1.0 and gap >= 1.5 * previous)
 
 
 def abandon(state: State, ticket: Ticket, session: Policy, now: float) -> None:
@@ -216,26 +255,32 @@ def take_over(state: State, session: Policy, now: float) -> None:
 # --- refusals ---------------------------------------------------------------------------------
 
 
-def _refusal(state: State, call: Call, policy: Policy, copies: int) -> tuple[Family, int, tuple[str, ...]] | None:
-    """(family, count, cycle tools) when this call must be refused, else None."""
+def _refusal(
+    state: State, call: Call, policy: Policy, copies: int, *, patient: bool
+) -> tuple[Family, int, tuple[str, ...]] | None:
+    """(family, count, cycle tools) when this call must be refused, else None.
+
+    A patient poll (the agent waited ``poll_seconds``) starts its streak and cycle over.
+    """
     history, runs = state.history, state.runs
-    base = runs[0] + 1 if history and history[-1].call == call.key else 0
+    base = runs[0] + 1 if history and history[-1].call == call.key and not patient else 0
     identical = base + copies + 1
     if identical >= policy.block_threshold:
         return (Family.BURST if copies and not base else Family.IDENTICAL), identical, ()
-    for period in range(2, min(policy.cycle_max_period, len(runs), len(history)) + 1):
+    for period in range(2, 1 if patient else min(policy.cycle_max_period, len(runs), len(history)) + 1):
         run = runs[period - 1] + 1
         if history[-period].call == call.key and _is_cycle(history, period, run):
             count = _cycle_count(run, period)
             if count >= policy.block_threshold:
                 return Family.CYCLE, count, tuple(entry.tool for entry in history[-period:])
+    done_before = state.effects.get(call.key, ("", 0))[1]
     if (
         call.side_effect
         and policy.trust_annotations
         and policy.side_effect_block_threshold
-        and state.effects.get(call.key, 0) + 1 >= policy.side_effect_block_threshold
+        and done_before + 1 >= policy.side_effect_block_threshold
     ):
-        return Family.SIDE_EFFECT, state.effects.get(call.key, 0) + 1, ()
+        return Family.SIDE_EFFECT, done_before + 1, ()
     error = state.error
     if (
         error is not None
@@ -255,6 +300,43 @@ def _refusal(state: State, call: Call, policy: Policy, copies: int) -> tuple[Fam
     ):
         return Family.SAME_RESULT, same.distinct + 1, ()
     return None
+
+
+Owed = tuple[Family, int, Action, str]
+"""A verdict judged at begin and delivered with the result: (family, count, action, reason)."""
+
+
+def _held_back(state: State, call: Call, found: tuple[Family, int, tuple[str, ...]], session: Policy) -> Owed:
+    """Warn and shadow modes: the call goes on, and what enforce mode would have done is owed."""
+    family, count, cycle = found
+    action = _count_refusal(state, session) if session.mode is Mode.SHADOW else Action.WARN
+    text = wording.refusal(family, call.tool, count, cycle)
+    if session.mode is Mode.WARN:
+        text = wording.held_back(family, call.tool, count, cycle)
+    elif action is Action.ABORT:
+        text += wording.ABORTING
+    return family, count, action, text
+
+
+def _join(state: State, batch: Batch, call: Call, now: float) -> None:
+    """The call becomes a member of its batch; a call that may change things forgets other tools' effects."""
+    if not call.read_only and state.effects:
+        _forget_effects_of_others(state, call.tool)
+    if len(batch.members) < MAX_MEMBERS or call.key in batch.members:
+        batch.members[call.key] = batch.members.get(call.key, 0) + 1
+    batch.live += 1
+    batch.touched = now
+
+
+def _effect_warning(state: State, call: Call, policy: Policy) -> Owed | None:
+    """Count a side-effect call; its warning once it repeats."""
+    if not (call.side_effect and policy.trust_annotations and policy.side_effect_warn_threshold):
+        return None
+    count = _count_effect(state, call.key, call.tool)
+    if count < policy.side_effect_warn_threshold:
+        return None
+    text = wording.warning(Family.SIDE_EFFECT, call.tool, count, policy.side_effect_block_threshold)
+    return Family.SIDE_EFFECT, count, Action.WARN, text
 
 
 def _count_refusal(state: State, session: Policy) -> Action:
@@ -288,7 +370,7 @@ def _refuse(  # noqa: PLR0917 - the pieces of one refusal, all needed
     elif family in {Family.IDENTICAL, Family.CYCLE}:
         period = len(cycle) or 1
         assumed = state.history[-period]
-        _fold(state, Entry(call.tool, call.key, assumed.result, assumed.error), 1)
+        _fold(state, Entry(call.tool, call.key, assumed.result, assumed.error, call.acts), 1)
     elif family is Family.SAME_ERROR and state.error is not None:
         state.error.count += 1
     if not state.batches:
@@ -310,12 +392,20 @@ def _burst_warning(state: State, call: Call, policy: Policy, copies: int) -> tup
     return Family.BURST, count, Action.WARN, text
 
 
-def _count_effect(state: State, key: str) -> int:
-    count = state.effects.pop(key, 0) + 1
-    state.effects[key] = count  # most recent last
+def _count_effect(state: State, key: str, tool: str) -> int:
+    count = state.effects.pop(key, ("", 0))[1] + 1
+    state.effects[key] = (tool, count)  # most recent last
     while len(state.effects) > MAX_EFFECTS:
         del state.effects[next(iter(state.effects))]
     return count
+
+
+def _forget_effects_of_others(state: State, tool: str) -> None:
+    """A call that may change things, to another tool: repeating an earlier action may be meant now.
+
+    Running the tests again after an edit is not sending the same email twice.
+    """
+    state.effects = {key: value for key, value in state.effects.items() if value[0] == tool}
 
 
 # --- the sequence -----------------------------------------------------------------------------
@@ -337,12 +427,15 @@ def _cycle_count(run: int, period: int) -> int:
     return 1 + -(-run // period)
 
 
-def _fold(state: State, entry: Entry, copies: int) -> None:
-    """Append one call (completed ``copies`` times identically) to the sequence; move every pattern."""
+def _fold(state: State, entry: Entry, copies: int, *, fresh: bool = False) -> None:
+    """Append one call (completed ``copies`` times identically) to the sequence; move every pattern.
+
+    ``fresh``: a patient poll, whose repetitions start over.
+    """
     history, runs = state.history, state.runs
     for period in range(1, len(runs) + 1):
         step = copies if period == 1 else 1
-        if len(history) >= period and history[-period].same(entry):
+        if not fresh and len(history) >= period and history[-period].same(entry):
             runs[period - 1] += step
         else:
             runs[period - 1] = step - 1
@@ -358,6 +451,9 @@ def _fold(state: State, entry: Entry, copies: int) -> None:
         return
     state.error = None
     same = state.same
+    if entry.acts:  # an action's acknowledgment ("staged", "sent") is the same for every item, as it should be
+        state.same = None
+        return
     if same is not None and same.tool == entry.tool and same.result == entry.result:
         same.count += copies
         same.distinct += same.last_call != entry.call
@@ -444,7 +540,7 @@ def _settle(state: State, batch: Batch, session: Policy, now: float) -> Entry | 
     state.batches.remove(batch)
     entry = batch.last
     if entry is not None:
-        _fold(state, entry, batch.done.get(entry.call + entry.result, 1))
+        _fold(state, entry, batch.done.get(entry.call + entry.result, 1), fresh=batch.patient)
     if not state.batches:
         state.idle_since = now
     return entry
@@ -491,10 +587,17 @@ class LoopDetector:
         return self._policy if self._policy_for is None else self._policy_for(tool)
 
     def begin(
-        self, tool: str, arguments: Mapping[str, Any] | None, now: float, *, side_effect: bool = False
+        self,
+        tool: str,
+        arguments: Mapping[str, Any] | None,
+        now: float,
+        *,
+        annotations: Mapping[str, Any] | None = None,
     ) -> tuple[Ticket | None, Verdict]:
-        """See :func:`begin`."""
-        return begin(self.state, call_of(tool, arguments, side_effect=side_effect), self.rules(tool), self._policy, now)
+        """See :func:`begin`; ``annotations`` are the tool's MCP annotations, when known."""
+        policy = self.rules(tool)
+        call = call_of(tool, arguments, annotations, trusted=policy.trust_annotations)
+        return begin(self.state, call, policy, self._policy, now)
 
     def finish(self, ticket: Ticket, result: Mapping[str, Any], now: float) -> Verdict:
         """See :func:`finish`; ``result`` is the raw result as the upstream sent it."""

@@ -46,6 +46,12 @@ class Policy:
     side_effect_block_threshold: int = 3
     trust_annotations: bool = True
     """Judge destructive, non-idempotent tools by their MCP annotations."""
+    poll_seconds: float = 60.0
+    """An identical call begun at least this long after the agent's previous call ended is a patient
+    poll: its streak starts over. 0 turns this off."""
+    quiet_seconds: float = 10.0
+    """Repeats begun at least this long after the previous call ended, or backing off (each wait at
+    least 1.5 times the last), get no warning; they are still refused at the block threshold. 0: off."""
     scrub: ScrubRules = field(default_factory=ScrubRules)
     mode: Mode = Mode.ENFORCE
 
@@ -61,6 +67,9 @@ class Policy:
                 raise ValueError(msg)
         if not 1 <= self.cycle_max_period <= MAX_CYCLE_PERIOD:
             msg = f"cycle_max_period must be from 1 to {MAX_CYCLE_PERIOD}, got {self.cycle_max_period!r}"
+            raise ValueError(msg)
+        if self.poll_seconds < 0 or self.quiet_seconds < 0:
+            msg = "poll_seconds and quiet_seconds must be 0 (off) or more"
             raise ValueError(msg)
         if not self.reset_after_seconds > 0:
             msg = f"reset_after_seconds must be positive, got {self.reset_after_seconds!r}"

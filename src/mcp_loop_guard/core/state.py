@@ -38,6 +38,8 @@ class Entry:
     call: str
     result: str
     error: bool = False
+    acts: bool = False
+    """The tool is annotated as not read-only: the same acknowledgment for each item is expected."""
 
     def same(self, other: Entry) -> bool:
         """Same call (tool and arguments) with the same result."""
@@ -82,6 +84,10 @@ class Batch:
     """Call + result fingerprints -> members completed with that result."""
     last: Entry | None = None
     """The last-completing visible result: what the batch adds to the sequence."""
+    gap: float = 0.0
+    """Seconds the agent had been idle when the batch began (0 when other calls were in flight)."""
+    patient: bool = False
+    """Begun after a patient wait (``poll_seconds``): its call's repetitions start over."""
 
 
 @dataclass(slots=True)
@@ -93,8 +99,10 @@ class State:
     """runs[p - 1]: consecutive calls equal (call and result) to the call p places earlier."""
     error: ErrorStreak | None = None
     same: SameResult | None = None
-    effects: dict[str, int] = field(default_factory=dict)
-    """Side-effect call fingerprint -> times called in this request window."""
+    effects: dict[str, tuple[str, int]] = field(default_factory=dict)
+    """Side-effect call fingerprint -> (tool, times called) since the world last changed by other means."""
+    gap: float = 0.0
+    """Seconds the agent waited before its last sequential call (0: unknown), to tell a backoff."""
     blocks: int = 0
     """Refusals in the current request window."""
     idle_since: float | None = None
@@ -140,7 +148,9 @@ class State:
             s = self.same
             wire["s"] = [s.tool, s.result, s.count, s.last_call, s.distinct]
         if self.effects:
-            wire["x"] = self.effects
+            wire["x"] = {key: [tool, count] for key, (tool, count) in self.effects.items()}
+        if self.gap:
+            wire["g"] = self.gap
         if self.blocks:
             wire["b"] = self.blocks
         if self.idle_since is not None:
@@ -157,11 +167,12 @@ class State:
         error = wire.get("e")
         same = wire.get("s")
         return cls(
-            history=[Entry(str(t), str(c), str(r), bool(e)) for t, c, r, e in wire["h"]],
+            history=[_read_entry(entry) for entry in wire["h"]],
             runs=[int(n) for n in wire["r"]],
             error=ErrorStreak(str(error[0]), str(error[1]), int(error[2])) if error else None,
             same=SameResult(str(same[0]), str(same[1]), int(same[2]), str(same[3]), int(same[4])) if same else None,
-            effects={str(k): int(v) for k, v in wire.get("x", {}).items()},
+            effects={str(k): (str(v[0]), int(v[1])) for k, v in wire.get("x", {}).items()},
+            gap=float(wire.get("g", 0.0)),
             blocks=int(wire.get("b", 0)),
             idle_since=float(wire["i"]) if "i" in wire else None,
             batches=[_read_batch(b) for b in wire.get("B", [])],
@@ -171,7 +182,12 @@ class State:
 
 
 def _entry(entry: Entry) -> list[Any]:
-    return [entry.tool, entry.call, entry.result, int(entry.error)]
+    return [entry.tool, entry.call, entry.result, int(entry.error) | (2 if entry.acts else 0)]
+
+
+def _read_entry(wire: list[Any]) -> Entry:
+    flags = int(wire[3])
+    return Entry(str(wire[0]), str(wire[1]), str(wire[2]), bool(flags & 1), bool(flags & 2))
 
 
 def _batch(batch: Batch) -> list[Any]:
@@ -183,11 +199,13 @@ def _batch(batch: Batch) -> list[Any]:
         batch.members,
         batch.done,
         _entry(batch.last) if batch.last is not None else None,
+        batch.gap,
+        int(batch.patient),
     ]
 
 
 def _read_batch(wire: list[Any]) -> Batch:
-    ident, live, closed, touched, members, done, last = wire
+    ident, live, closed, touched, members, done, last, gap, patient = wire
     return Batch(
         id=int(ident),
         live=int(live),
@@ -195,5 +213,7 @@ def _read_batch(wire: list[Any]) -> Batch:
         touched=float(touched),
         members={str(k): int(v) for k, v in members.items()},
         done={str(k): int(v) for k, v in done.items()},
-        last=Entry(str(last[0]), str(last[1]), str(last[2]), bool(last[3])) if last else None,
+        last=_read_entry(last) if last else None,
+        gap=float(gap),
+        patient=bool(patient),
     )

@@ -110,8 +110,8 @@ class Judge:
     ) -> Pending | Refusal:
         """Judge a call before it is forwarded: the call goes on (Pending) or is answered now (Refusal)."""
         policy = self.policies(server, upstream_tool)
-        side_effect = _side_effect(annotations)
-        call = call_of(tool, arguments if isinstance(arguments, Mapping) else None, side_effect=side_effect)
+        arguments_map = arguments if isinstance(arguments, Mapping) else None
+        call = call_of(tool, arguments_map, annotations, trusted=policy.trust_annotations)
         now = self.clock()
         ticket, verdict = await self.agent.begin(call, policy, now)
         if self.log_contents:
@@ -210,10 +210,3 @@ class Judge:
         if pending.annotations:
             line["annotations"] = dict(pending.annotations)
         return line
-
-
-def _side_effect(annotations: Mapping[str, Any] | None) -> bool:
-    """Annotated destructive (explicitly) and not idempotent."""
-    if not annotations:
-        return False
-    return annotations.get("destructiveHint") is True and annotations.get("idempotentHint") is not True

@@ -1,0 +1,159 @@
+"""`mcp-loop-guard replay`: traces in, verdicts out, with any settings; both trace forms agree."""
+
+from __future__ import annotations
+
+import io
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from mcp_loop_guard.config import GuardConfig
+from mcp_loop_guard.core.detector import call_of, outcome_of
+from mcp_loop_guard.plan import plan
+from mcp_loop_guard.replay import TraceError, judge_trace, read_trace, suggest_scrub
+from mcp_loop_guard.settings import FileSettings, load_settings
+
+
+def line(tool: str, arguments: dict[str, Any], text: str, **extra: Any) -> dict[str, Any]:
+    """A trace line with a one-text result."""
+    return {
+        "session": "s1",
+        "tool": tool,
+        "arguments": arguments,
+        "result": {"content": [{"type": "text", "text": text}]},
+        **extra,
+    }
+
+
+def verdicts(lines: list[dict[str, Any]], **settings: Any) -> list[str]:
+    """The verdict of each line under these settings."""
+    stream = io.StringIO("".join(json.dumps(entry) + "\n" for entry in lines))
+    decided = plan(GuardConfig(None, (), FileSettings({})), load_settings(FileSettings({}), **settings))
+    return [item.verdict for item in judge_trace(list(read_trace(stream, "t.jsonl")), decided.policies)]
+
+
+def test_a_loop_is_warned_refused_then_closed() -> None:
+    """Identical calls: allow, allow, warn, warn, block, block, abort, then the session is closed."""
+    assert verdicts([line("read", {"p": 1}, "same")] * 9) == [
+        *["allow"] * 2,
+        *["warn"] * 2,
+        *["block"] * 2,
+        "abort",
+        "closed",
+        "closed",
+    ]
+
+
+def test_settings_change_the_verdicts() -> None:
+    """The same trace with a block threshold of 3."""
+    assert verdicts([line("read", {"p": 1}, "same")] * 4, warn_threshold=2, block_threshold=3) == [
+        "allow",
+        "warn",
+        "block",
+        "block",
+    ]
+
+
+def test_a_batch_is_begun_together() -> None:
+    """Lines sharing a batch value were in flight together: a burst of 6 reaches 4 times."""
+    lines = [line("fetch", {"u": 1}, "page", batch=1) for _ in range(6)]
+    assert verdicts(lines) == ["allow", "allow", "warn", "warn", "block", "block"]
+
+
+def test_sessions_are_judged_apart() -> None:
+    """Two sessions interleaved never add up."""
+    lines = [{**line("read", {"p": 1}, "same"), "session": f"s{i % 2}"} for i in range(8)]
+    assert "block" not in verdicts(lines)
+
+
+def test_the_fingerprint_form_gives_the_same_verdicts_as_the_contents_form() -> None:
+    """The event log writes fingerprints (call, outcome) unless contents are asked for; replay takes both."""
+    contents = [line("read", {"p": i % 2}, f"r{i % 2}") for i in range(12)]
+    hashed = [
+        {
+            "session": "s1",
+            "tool": entry["tool"],
+            "call": call_of(entry["tool"], entry["arguments"]).key,
+            "outcome": outcome_of(entry["result"], load_settings().to_policy()).key,
+            "isError": False,
+        }
+        for entry in contents
+    ]
+    assert verdicts(contents) == verdicts(hashed)
+    assert "block" in verdicts(contents)
+
+
+def test_a_refused_calls_recorded_result_is_not_seen() -> None:
+    """After the refusal a new result would break the streak if it were seen; it is not, as live."""
+    lines = [line("read", {"p": 1}, "same")] * 5 + [line("read", {"p": 1}, "other")] + [line("read", {"p": 1}, "same")]
+    assert verdicts(lines)[4:] == ["block", "block", "abort"]
+
+
+@pytest.mark.parametrize(
+    ("text", "problem"),
+    [
+        ("not json\n", "t.jsonl:1: not JSON"),
+        ('{"tool": "x"}\n', 't.jsonl:1: "session" and "tool" are required strings'),
+        ('{"session": "s", "tool": "x", "arguments": [1]}\n', 't.jsonl:1: "arguments" must be an object'),
+        ('{"session": "s", "tool": "x"}\n{"session": "s", "tool": "x", "at": "soon"}\n', 't.jsonl:2: "at" must be'),
+    ],
+)
+def test_an_unreadable_line_names_the_file_and_line(text: str, problem: str) -> None:
+    """Each kind of bad line is an error naming file and line."""
+    with pytest.raises(TraceError, match=problem):
+        list(read_trace(io.StringIO(text), "t.jsonl"))
+
+
+def test_replay_says_which_scrub_setting_would_catch_volatile_results() -> None:
+    """Results differing only in a timestamp and a request id: timestamps and uuids are named."""
+    lines = [
+        line("status", {"job": 1}, f'{{"state": "pending", "at": "2026-12-01T10:00:0{i}Z", "id": "{u}"}}')
+        for i, u in enumerate(["1b4e28ba-2fa1-11d2-883f-0016d3cca427", "6fa459ea-ee8a-3ca4-894e-db77e160355e"])
+    ]
+    parsed = list(read_trace(io.StringIO("".join(json.dumps(entry) + "\n" for entry in lines)), "t"))
+    assert set(suggest_scrub(parsed)) == {"timestamps", "uuids"}
+
+
+def test_the_command_prints_json_lines_and_exits_zero(tmp_path: Path) -> None:
+    """`replay --json FILE`: one object per input line with line, session, tool, verdict, rule."""
+    trace = tmp_path / "trace.jsonl"
+    trace.write_text("".join(json.dumps(line("read", {"p": 1}, "same")) + "\n" for _ in range(5)), encoding="utf-8")
+    done = subprocess.run(
+        [sys.executable, "-m", "mcp_loop_guard", "replay", "--json", str(trace)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    rows = [json.loads(text) for text in done.stdout.splitlines()]
+    assert [row["verdict"] for row in rows] == ["allow", "allow", "warn", "warn", "block"]
+    assert rows[4] == {"line": 5, "session": "s1", "tool": "read", "verdict": "block", "rule": "identical", "count": 5}
+
+
+def test_the_command_refuses_an_unreadable_file_with_exit_2(tmp_path: Path) -> None:
+    """A broken line stops replay with exit 2 and a message naming the file and line."""
+    trace = tmp_path / "bad.jsonl"
+    trace.write_text('{"session": "s", "tool": "x"}\n{oops\n', encoding="utf-8")
+    done = subprocess.run(
+        [sys.executable, "-m", "mcp_loop_guard", "replay", str(trace)], capture_output=True, text=True, check=False
+    )
+    assert done.returncode == 2
+    assert f"{trace}:2: not JSON" in done.stderr
+
+
+def test_replay_reads_standard_input_with_other_settings() -> None:
+    """`-` reads stdin; flags apply as for the guard."""
+    text = "".join(json.dumps(line("read", {"p": 1}, "same")) + "\n" for _ in range(3))
+    done = subprocess.run(
+        [sys.executable, "-m", "mcp_loop_guard", "replay", "--json", "--warn-threshold", "2", "-"],
+        input=text,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    assert [json.loads(row)["verdict"] for row in done.stdout.splitlines()] == ["allow", "warn", "warn"]
