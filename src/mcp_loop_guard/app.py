@@ -44,6 +44,6 @@ async def serve(plan: Plan, first: ChildProcess | None = None) -> int:
         from mcp_loop_guard.proxy.downstream.sdk_stdio import serve_sdk_stdio  # noqa: PLC0415
 
         return await serve_sdk_stdio(plan)
-    from mcp_loop_guard.proxy.downstream.http import run_http  # noqa: PLC0415 - starlette and uvicorn load only here
+    from mcp_loop_guard.proxy.downstream.http.app import run_http  # noqa: PLC0415 - starlette and uvicorn load only here
 
     return await run_http(plan)

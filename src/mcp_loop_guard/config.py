@@ -36,6 +36,7 @@ __all__ = [
     "ServerSpec",
     "StdioServer",
     "load_config",
+    "redact_url",
     "stdio_command_config",
     "url_config",
 ]
@@ -75,7 +76,7 @@ class StdioServer:
     """Per-server loop rules, for :meth:`Settings.policy_for <mcp_loop_guard.settings.Settings.policy_for>`."""
     call_timeout: float | None = None
     """Seconds a request may go without an answer or progress (``callTimeoutSeconds``); None: the global one."""
-    display: str = ""
+    display: str = field(default="", compare=False)
     """The command line as the user wrote it (``${VAR}`` references unexpanded), for messages others may see."""
 
     def __repr__(self) -> str:
@@ -102,7 +103,7 @@ class HttpServer:
     def __repr__(self) -> str:
         """Everything but header values and the URL's password and query values."""
         return (
-            f"HttpServer(name={self.name!r}, url={_redacted_url(self.url)!r}, transport={self.transport!r}, "
+            f"HttpServer(name={self.name!r}, url={redact_url(self.url)!r}, transport={self.transport!r}, "
             f"headers={_masked(self.headers)}, policy={dict(self.policy)!r})"
         )
 
@@ -296,6 +297,7 @@ def _server(
             None if spec.cwd is None else expand(spec.cwd, "cwd"),
             policy,
             None if spec.call_timeout_seconds is None else float(spec.call_timeout_seconds),
+            display=shlex.join([spec.command, *spec.args]),
         )
     url = expand(spec.url or "", "url")
     if len(problems) == found and not _is_http_url(url):
@@ -412,14 +414,15 @@ def _is_http_url(url: str) -> bool:
     return parts.scheme in {"http", "https"} and bool(parts.hostname)
 
 
-def _redacted_url(url: str) -> str:
-    """``url`` without its password and query values."""
+def redact_url(url: str) -> str:
+    """``url`` as messages and logs may show it: scheme, host, port and path; no credentials, query or fragment."""
     parts = urlsplit(url)
-    netloc = parts.netloc
-    if parts.password is not None:
-        netloc = f"{parts.username}:***@{netloc.rpartition('@')[2]}"
-    query = "&".join(f"{pair.partition('=')[0]}=***" for pair in parts.query.split("&")) if parts.query else ""
-    return parts._replace(netloc=netloc, query=query).geturl()
+    host = parts.hostname or ""
+    if ":" in host:
+        host = f"[{host}]"
+    if parts.port:
+        host = f"{host}:{parts.port}"
+    return f"{parts.scheme}://{host}{parts.path}"
 
 
 def _masked(values: Mapping[str, str]) -> str:

@@ -19,7 +19,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from mcp_loop_guard.proxy.guard import MARKER, VERDICT_META_KEY
+from mcp_loop_guard.proxy.relay.verdicts import MARKER, VERDICT_META_KEY
 
 _STEPS: list[tuple[str, dict[str, Any], str]] = [
     ("search_docs", {"query": "deploy"}, "normal work"),

@@ -11,7 +11,18 @@ from mcp_loop_guard.core.policy import Policy
 from mcp_loop_guard.policies import PolicyTable, overridden
 from mcp_loop_guard.settings import FileSettings, Settings
 
-__all__ = ["Plan", "plan"]
+__all__ = ["Limits", "Plan", "plan"]
+
+
+@dataclass(frozen=True, slots=True)
+class Limits:
+    """What protects the guard from an upstream and a client: sizes, time, open requests."""
+
+    max_message_bytes: int = 64 * 1024 * 1024
+    call_timeout: float | None = None
+    """Seconds a request may go without an answer or progress; None: no limit."""
+    max_pending_requests: int = 64
+    """Upstream requests (sampling, elicitation, roots, ping) awaiting one client at once."""
 
 
 @dataclass(frozen=True)
@@ -26,6 +37,12 @@ class Plan:
     def policy(self) -> Policy:
         """The session's policy (request window, abort count, mode)."""
         return self.policies.session
+
+    @property
+    def limits(self) -> Limits:
+        """The guard-wide limits (a server's ``callTimeoutSeconds`` overrides the call timeout)."""
+        settings = self.settings
+        return Limits(settings.max_message_bytes, settings.call_timeout_seconds, settings.max_pending_requests)
 
     @property
     def several(self) -> bool:

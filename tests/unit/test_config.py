@@ -149,14 +149,15 @@ def test_a_missing_variable_names_the_key_and_never_a_value(write: Any, monkeypa
 
 
 def test_reprs_hide_header_env_and_url_secrets(monkeypatch: pytest.MonkeyPatch) -> None:
-    """repr() of servers shows keys but not header or env values, URL passwords or query values."""
+    """repr() of servers shows keys but not header or env values, URL credentials or queries."""
     remote = HttpServer("r", "https://user:pa55@x.example/mcp?key=s3cr3t", "http", {"Authorization": "Bearer s3cr3t"})
     local = StdioServer("l", "server", env={"API_KEY": "s3cr3t"})
     for text in (repr(remote), repr(local), repr(GuardConfig(None, (remote, local), {}))):
         assert "s3cr3t" not in text
         assert "pa55" not in text
     assert "'Authorization': '***'" in repr(remote)
-    assert "https://user:***@x.example/mcp?key=***" in repr(remote)
+    assert "url='https://x.example/mcp'" in repr(remote)
+    assert "user" not in repr(remote)
     assert "'API_KEY': '***'" in repr(local)
 
 

@@ -79,6 +79,10 @@ class MemoryStore:
 
     async def reset(self, key: str) -> bool:
         """Forget the key's state."""
+        return self.forget(key)
+
+    def forget(self, key: str) -> bool:
+        """Forget the key's state now (an agent dropped from a bounded memory)."""
         return self._values.pop(key, None) is not None
 
     async def aclose(self) -> None:

@@ -16,9 +16,10 @@ from dataclasses import dataclass, field
 import anyio
 import anyio.abc
 
-from mcp_loop_guard.plan import Plan
+from mcp_loop_guard.core.model import Verdict
+from mcp_loop_guard.plan import Limits, Plan
 from mcp_loop_guard.proxy.downstream.agents import judge_for, opened_events, opened_store, stdio_agent
-from mcp_loop_guard.proxy.relay.pipe import Limits, Pipe
+from mcp_loop_guard.proxy.relay.pipe import Pipe
 from mcp_loop_guard.proxy.upstream.child import EOF_GRACE, ChildProcess, terminate_all_now
 from mcp_loop_guard.proxy.wire.fd import Fd, Writer, claimed_stdio
 from mcp_loop_guard.proxy.wire.lines import LineReader
@@ -45,6 +46,15 @@ class Ending:
         if not self.done.is_set():
             self.why, self.signal = why, signum
             self.done.set()
+
+
+def abort_line(verdict: Verdict) -> str:
+    """The one stderr line that says why the session ended."""
+    family = (verdict.family.value if verdict.family else "identical").replace("_", " ")
+    return (
+        f"mcp-loop-guard: session aborted: tool {verdict.tool!r} was refused {verdict.blocks} times "
+        f"({family} loop) (exit code {EXIT_LOOP_ABORTED})"
+    )
 
 
 async def _read_client(stdin: Fd, pipe: Pipe, limit: int, ending: Ending, gone: anyio.Event) -> None:
@@ -121,14 +131,7 @@ async def serve_pipe(plan: Plan, first: ChildProcess | None = None) -> int:
                 await pipe.shut_down("the guard is shutting down (signal)")
             tg.cancel_scope.cancel()
     if ending.why == "abort" and judge.aborted is not None:
-        verdict = judge.aborted
-        family = (verdict.family.value if verdict.family else "identical").replace("_", " ")
-        print(
-            f"mcp-loop-guard: session aborted: tool {verdict.tool!r} was refused {verdict.blocks} times "
-            f"({family} loop) (exit code {EXIT_LOOP_ABORTED})",
-            file=sys.stderr,
-            flush=True,
-        )
+        print(abort_line(judge.aborted), file=sys.stderr, flush=True)
         return EXIT_LOOP_ABORTED
     if ending.signal is not None:
         return 128 + ending.signal

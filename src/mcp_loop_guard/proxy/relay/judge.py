@@ -15,7 +15,7 @@ import logging
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any
 
 from mcp_loop_guard.core.detector import Call, Ticket, call_of, error_outcome, outcome_of
 from mcp_loop_guard.core.model import Action, Family, Verdict
@@ -30,11 +30,8 @@ PolicyFor = Callable[[str, str], Policy]
 """(server, the server's own tool name) -> the policy that judges calls to it."""
 
 
-class CallObserver(Protocol):
-    """Told about every judged tools/call, for metrics."""
-
-    def __call__(self, server: str, tool: str, verdict: Verdict, seconds: float) -> None:
-        """One call: its route, the verdict, and how long it took."""
+CallObserver = Callable[[str, str, Verdict, float], None]
+"""(server, tool, verdict, seconds): told about every judged tools/call, for metrics."""
 
 
 @dataclass(slots=True)

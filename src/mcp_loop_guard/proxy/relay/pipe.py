@@ -20,6 +20,7 @@ from typing import Any
 import anyio
 
 from mcp_loop_guard.config import StdioServer
+from mcp_loop_guard.plan import Limits
 from mcp_loop_guard.proxy.relay.judge import Judge, Pending, Refusal
 from mcp_loop_guard.proxy.relay.tools import ToolFacts
 from mcp_loop_guard.proxy.relay.verdicts import complete, failed
@@ -50,16 +51,6 @@ class InFlight:
     first_page: bool = False
     modern: bool = False
     """A 2026-07-28 request: results the guard writes for it name their type."""
-
-
-@dataclass(frozen=True, slots=True)
-class Limits:
-    """What protects the relay: message size, time without an answer, the upstream's open requests."""
-
-    max_message_bytes: int = 64 * 1024 * 1024
-    call_timeout: float | None = None
-    max_pending_requests: int = 64
-    """Upstream requests (sampling, elicitation, roots, ping) awaiting the client at once."""
 
 
 def _wrong_shape(result: dict[str, Any]) -> bool:

@@ -1,10 +1,11 @@
-"""One upstream MCP server, reached through the SDK's client session.
+"""One upstream MCP server reached through the SDK's client session (the aggregating proxy's way).
 
-Requests are relayed as raw result dictionaries: the SDK checks that a result
-has the shape its method requires, but nothing re-validates ``structuredContent``
-against an output schema (``ClientSession.call_tool`` would, and may send a
-hidden ``tools/list``). Server-to-client traffic (sampling, elicitation, roots,
-notifications) goes to whatever :class:`Downstream` the proxy attaches.
+Requests are relayed as raw result dictionaries: the SDK checks that a result has the shape
+its method requires, but nothing re-validates ``structuredContent`` against an output schema
+(``ClientSession.call_tool`` would, and may send a hidden ``tools/list``). Server-to-client
+traffic (sampling, elicitation, roots, notifications) goes to whatever :class:`Downstream`
+the proxy attaches. A connection that breaks, in any way, only ever marks this upstream gone:
+it never escapes into the guard.
 """
 
 from __future__ import annotations
@@ -13,26 +14,34 @@ import functools
 import logging
 import ssl
 from collections.abc import AsyncIterator, Mapping, Sequence
-from contextlib import AsyncExitStack, asynccontextmanager
+from contextlib import AsyncExitStack, asynccontextmanager, suppress
 from typing import Any, Protocol, cast
-from urllib.parse import urlsplit, urlunsplit
 
 import anyio
+import anyio.abc
 import httpx2
 import mcp_types as types
-from mcp import ClientSession
+from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 from mcp.client.session import ClientRequestContext, IncomingMessage
 from mcp.client.sse import sse_client
 from mcp.client.streamable_http import streamable_http_client
-from mcp.shared._httpx_utils import MCP_DEFAULT_SSE_READ_TIMEOUT, MCP_DEFAULT_TIMEOUT
-from mcp.shared._stream_protocols import ReadStream, WriteStream
 from mcp.shared.dispatcher import ProgressFnT
 from mcp.shared.exceptions import MCPError
 from mcp.shared.message import SessionMessage
 from pydantic import BaseModel, TypeAdapter, ValidationError
 
-from mcp_loop_guard.proxy.jsonlines import GUARD_FAULT
-from mcp_loop_guard.proxy.process import ChildProcess, open_child
+from mcp_loop_guard.config import StdioServer, redact_url
+from mcp_loop_guard.proxy.compat import (
+    MCP_DEFAULT_SSE_READ_TIMEOUT,
+    MCP_DEFAULT_TIMEOUT,
+    MirrorSession,
+    ReadStream,
+    WriteStream,
+    connection_closed,
+)
+from mcp_loop_guard.proxy.upstream.child import ChildProcess, spawn
+from mcp_loop_guard.proxy.wire import messages as wire
+from mcp_loop_guard.proxy.wire.lines import LineReader, Oversized
 
 logger = logging.getLogger(__name__)
 
@@ -54,9 +63,10 @@ REQUESTS: dict[str, type[BaseModel]] = {
 }
 """Client-to-server methods relayed upstream, with the SDK model that carries each."""
 
-
 HANDSHAKE_TIMEOUT = 120.0
 """Seconds an upstream may take to answer initialize (``npx`` may download a package first)."""
+CONNECT_TIMEOUT = 10.0
+"""Seconds to reach an HTTP upstream (TCP and TLS) before it counts as down."""
 
 
 class Downstream(Protocol):
@@ -75,20 +85,6 @@ class UpstreamGoneError(Exception):
     """The upstream cannot answer: it died or was never reachable."""
 
 
-class _MirrorSession(ClientSession):
-    """A client session that announces the downstream client's own capabilities.
-
-    Upstreams adapt to what the client supports (server-everything only offers its
-    sampling tools to clients that can sample), so the proxy must claim exactly
-    what the real client claims, no more and no less.
-    """
-
-    mirrored: types.ClientCapabilities = types.ClientCapabilities()
-
-    def _build_capabilities(self, version: str) -> types.ClientCapabilities:
-        return self.mirrored
-
-
 class Upstream:
     """A connected (or connectable) upstream server."""
 
@@ -101,6 +97,7 @@ class Upstream:
         child: ChildProcess | None = None,
         label: str | None = None,
     ) -> None:
+        """``label`` names the upstream in messages (never an expanded secret)."""
         self.name = name
         self.child = child
         self._label = label or name
@@ -108,7 +105,7 @@ class Upstream:
         self._unreadable = 0
         self.handshake_timeout = HANDSHAKE_TIMEOUT
         self._gone_event = anyio.Event()
-        self._session = _MirrorSession(
+        self.session = MirrorSession(
             read,
             write,
             sampling_callback=self.on_sampling,
@@ -118,7 +115,6 @@ class Upstream:
         )
         self.downstream: Downstream | None = None
         self.initialize_result: types.InitializeResult | None = None
-        self._connected = anyio.Event()
         self._connect_lock = anyio.Lock()
 
     @property
@@ -146,8 +142,6 @@ class Upstream:
                 if self.child is not None:
                     await self.child.exited.wait()
                     tg.cancel_scope.cancel()
-                else:
-                    await anyio.sleep_forever()
 
             async def closed() -> None:
                 await self._gone_event.wait()
@@ -158,20 +152,26 @@ class Upstream:
         return self.gone_reason() or f"upstream {self.label} closed the connection"
 
     async def connect(self, client_info: types.Implementation, capabilities: types.ClientCapabilities) -> None:
-        """Run the handshake once, claiming the downstream client's identity and capabilities."""
+        """Run the handshake once, claiming the downstream client's identity and capabilities.
+
+        Raises:
+            UpstreamGoneError: no answer in time, or the connection failed.
+        """
         async with self._connect_lock:
             if self.initialize_result is not None:
                 return
-            self._session.mirrored = capabilities
-            self._session._client_info = client_info
+            self.session.mirror(client_info, capabilities)
             try:
                 with anyio.fail_after(self.handshake_timeout):
-                    self.initialize_result = await self._guarded(self._session.initialize())
+                    self.initialize_result = await self._guarded(self.session.initialize())
             except TimeoutError:
                 reason = f"upstream {self.label} did not answer initialize within {self.handshake_timeout:g}s"
                 self.mark_gone(reason)
                 raise UpstreamGoneError(reason) from None
-            self._connected.set()
+            except MCPError as exc:
+                reason = f"upstream {self.label} refused initialize: {exc.error.message}"
+                self.mark_gone(reason)
+                raise UpstreamGoneError(reason) from exc
             logger.info(
                 "connected to upstream %s (%s %s, protocol %s)",
                 self.label,
@@ -186,20 +186,20 @@ class Upstream:
         """Relay one request and return the upstream's raw result.
 
         Raises:
-            MCPError: the upstream answered with a JSON-RPC error.
+            MCPError: the upstream answered with a JSON-RPC error (any code, -32000 included).
             UpstreamGoneError: the upstream died or closed its connection.
         """
         model = REQUESTS[method]
         request = model(params=params) if params is not None else model()
         result = await self._guarded(
-            self._session.send_request(request, _RAW, progress_callback=on_progress)  # type: ignore[arg-type]
+            self.session.send_request(request, _RAW, progress_callback=on_progress)  # type: ignore[arg-type]
         )
         return cast(dict[str, Any], result)
 
     async def notify(self, notification: types.ClientNotification) -> None:
         """Relay a client notification (roots changed)."""
         if self.initialize_result is not None and self.gone_reason() is None:
-            await self._session.send_notification(notification)
+            await self.session.send_notification(notification)
 
     async def _guarded(self, pending: Any) -> Any:
         reason = self.gone_reason()
@@ -209,14 +209,18 @@ class Upstream:
         try:
             return await pending
         except MCPError as exc:
-            if exc.error.code == types.CONNECTION_CLOSED or self.gone_reason() is not None:
+            if connection_closed(exc.error) or self.gone_reason() is not None:
                 reason = await self._wait_reason()
                 self.mark_gone(reason)
                 raise UpstreamGoneError(reason) from exc
             raise
         except ValidationError as exc:
             message = f"upstream {self.label} sent a result of the wrong shape for the request"
-            raise MCPError(types.INTERNAL_ERROR, message, data={GUARD_FAULT: "invalid-result"}) from exc
+            raise MCPError(types.INTERNAL_ERROR, message, data={wire.GUARD_FAULT: "invalid-result"}) from exc
+        except (httpx2.HTTPError, OSError) as exc:
+            reason = f"upstream {self.label} is unreachable: {_short(exc)}"
+            self.mark_gone(reason)
+            raise UpstreamGoneError(reason) from exc
 
     async def _wait_reason(self) -> str:
         """The exit status arrives a moment after stdout closes: wait briefly for it."""
@@ -238,6 +242,7 @@ class Upstream:
     async def on_sampling(
         self, context: ClientRequestContext, params: types.CreateMessageRequestParams
     ) -> types.CreateMessageResult | types.CreateMessageResultWithTools | types.ErrorData:
+        """A sampling request from the upstream, answered by the client."""
         raw = await self._to_downstream(types.CreateMessageRequest(params=params))
         if isinstance(raw, types.ErrorData):
             return raw
@@ -248,14 +253,17 @@ class Upstream:
     async def on_elicitation(
         self, context: ClientRequestContext, params: types.ElicitRequestParams
     ) -> types.ElicitResult | types.ErrorData:
+        """An elicitation request from the upstream, answered by the client."""
         raw = await self._to_downstream(types.ElicitRequest(params=params))
         return raw if isinstance(raw, types.ErrorData) else types.ElicitResult.model_validate(raw, by_name=False)
 
     async def on_list_roots(self, context: ClientRequestContext) -> types.ListRootsResult | types.ErrorData:
+        """A roots request from the upstream, answered by the client."""
         raw = await self._to_downstream(types.ListRootsRequest())
         return raw if isinstance(raw, types.ErrorData) else types.ListRootsResult.model_validate(raw, by_name=False)
 
     async def on_message(self, message: IncomingMessage) -> None:
+        """Notifications go to the client; unreadable ones are logged once."""
         if isinstance(message, Exception):
             self._unreadable += 1
             if self._unreadable == 1:
@@ -278,42 +286,141 @@ def _as_list(raw: Mapping[str, Any]) -> Sequence[Any]:
     return [content]
 
 
+def _short(error: BaseException) -> str:
+    text = str(error) or type(error).__name__
+    return text.splitlines()[0][:300]
+
+
+# --- a child process as SDK message streams ----------------------------------------------------
+
+
+async def _pump_out(
+    child: ChildProcess, send: MemoryObjectSendStream[SessionMessage | Exception], max_bytes: int
+) -> None:
+    """The child's stdout lines as SDK messages; what cannot be one is answered or skipped, never fatal."""
+    lines = LineReader(max_bytes)
+    junk = 0
+    async with send:
+        with suppress(OSError, anyio.BrokenResourceError, anyio.ClosedResourceError):
+            while chunk := await child.from_child.read():
+                for line in lines.feed(chunk):
+                    message, is_junk = _as_session_message(line, child, max_bytes)
+                    junk += is_junk
+                    if is_junk and junk == 1:
+                        logger.warning(
+                            "upstream `%s` wrote a line to stdout that is not JSON-RPC; ignoring it and any later ones",
+                            child.label,
+                        )
+                    if message is not None:
+                        await send.send(message)
+
+
+def _as_session_message(
+    line: bytes | Oversized, child: ChildProcess, max_bytes: int
+) -> tuple[SessionMessage | None, bool]:
+    """A line as an SDK message (or the error standing in for it); None with True for junk."""
+    if isinstance(line, Oversized):
+        logger.warning(
+            "upstream `%s` sent a %d-byte message (limit %d); not relayed", child.label, line.size, max_bytes
+        )
+        if line.request_id is None:
+            return None, False
+        why = (
+            f"the upstream's answer of {line.size} bytes is over the limit of {max_bytes} "
+            "(LOOP_GUARD_MAX_MESSAGE_BYTES); it was not relayed"
+        )
+        return _error_message(line.request_id, why, "too-large"), False
+    parsed = wire.parse(line)
+    if parsed is None:
+        return None, False
+    if isinstance(parsed, wire.BadLine):
+        if parsed.response_to is None:
+            return None, True
+        why = "the upstream answered with a response of the wrong shape (its result must be an object)"
+        return _error_message(parsed.response_to, why, "invalid-result"), False
+    try:
+        return SessionMessage(types.jsonrpc_message_adapter.validate_python(parsed.body, by_name=False)), False
+    except ValidationError:
+        ident = parsed.id
+        if ident is not None and parsed.is_response:
+            why = "the upstream answered with a response of the wrong shape"
+            return _error_message(ident, why, "invalid-result"), False
+        return None, True
+
+
+def _error_message(request_id: wire.RequestId, message: str, fault: str) -> SessionMessage:
+    error = types.ErrorData(code=types.INTERNAL_ERROR, message=message, data={wire.GUARD_FAULT: fault})
+    return SessionMessage(types.JSONRPCError(jsonrpc="2.0", id=request_id, error=error))
+
+
+async def _pump_in(child: ChildProcess, receive: MemoryObjectReceiveStream[SessionMessage]) -> None:
+    """SDK messages to the child's stdin, one line each; a dead child's input is drained and dropped."""
+    async with receive:
+        try:
+            async for message in receive:
+                await child.to_child.write(
+                    message.message.model_dump_json(by_alias=True, exclude_unset=True).encode() + b"\n"
+                )
+        except OSError:
+            async for _ in receive:
+                pass
+        finally:
+            child.close_stdin()
+
+
 @asynccontextmanager
-async def open_stdio_upstream(
-    name: str,
-    command: Sequence[str],
-    *,
-    env: Mapping[str, str] | None = None,
-    cwd: str | None = None,
-    max_bytes: int = 64 * 1024 * 1024,
-) -> AsyncIterator[Upstream]:
-    """Start the upstream command; the MCP handshake waits for :meth:`Upstream.connect`."""
-    async with AsyncExitStack() as stack:
-        child, read, write = await stack.enter_async_context(open_child(command, env=env, cwd=cwd, max_bytes=max_bytes))
-        upstream = Upstream(name, read, write, child=child)
-        await stack.enter_async_context(upstream._session)
-        yield upstream
+async def open_stdio_upstream(spec: StdioServer, *, max_bytes: int) -> AsyncIterator[Upstream]:
+    """Start the upstream command; the MCP handshake waits for :meth:`Upstream.connect`.
+
+    Raises:
+        UpstreamStartError: the command cannot be started.
+    """
+    child = spawn([spec.command, *spec.args], env=spec.env, cwd=spec.cwd, display=spec.display)
+    read_send, read_receive = anyio.create_memory_object_stream[SessionMessage | Exception](16)
+    write_send, write_receive = anyio.create_memory_object_stream[SessionMessage](16)
+    try:
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(child.watch)
+            tg.start_soon(child.relay_stderr)
+            tg.start_soon(_pump_out, child, read_send, max_bytes)
+            tg.start_soon(_pump_in, child, write_receive)
+            upstream = Upstream(spec.name, read_receive, write_send, child=child)
+            try:
+                async with upstream.session:
+                    yield upstream
+            finally:
+                write_send.close()
+                await child.stop()
+                tg.cancel_scope.cancel()
+    finally:
+        await child.stop(eof_grace=0, term_grace=0.5)
 
 
 @asynccontextmanager
 async def open_http_upstream(
     name: str, url: str, *, transport: str = "http", headers: Mapping[str, str] | None = None
 ) -> AsyncIterator[Upstream]:
-    """Connect to a streamable HTTP or SSE upstream; the handshake waits for :meth:`Upstream.connect`."""
+    """Connect to a streamable HTTP or SSE upstream; the handshake waits for :meth:`Upstream.connect`.
+
+    Raises:
+        UpstreamGoneError: the upstream cannot be reached.
+    """
     label = f"{name} ({redact_url(url)})"
     async with AsyncExitStack() as stack:
         try:
             if transport == "sse":
-                read, write = await stack.enter_async_context(sse_client(url, headers=dict(headers or {})))
+                read, write = await stack.enter_async_context(
+                    sse_client(url, headers=dict(headers or {}), timeout=CONNECT_TIMEOUT)
+                )
             else:
                 client = await stack.enter_async_context(_http_client(headers))
                 read, write = await stack.enter_async_context(
                     streamable_http_client(url, http_client=client, terminate_on_close=True)
                 )
-        except (OSError, httpx2.HTTPError) as exc:
-            raise UpstreamGoneError(f"upstream {label} is unreachable: {exc}") from exc
+        except (OSError, httpx2.HTTPError, MCPError) as exc:
+            raise UpstreamGoneError(f"upstream {label} is unreachable: {_short(exc)}") from exc
         upstream = Upstream(name, read, write, label=label)
-        await stack.enter_async_context(upstream._session)
+        await stack.enter_async_context(upstream.session)
         yield upstream
 
 
@@ -325,15 +432,6 @@ def _tls() -> ssl.SSLContext:
 
 
 def _http_client(headers: Mapping[str, str] | None) -> httpx2.AsyncClient:
-    """An HTTP client with the SDK's MCP timeouts (long reads for event streams)."""
-    timeout = httpx2.Timeout(MCP_DEFAULT_TIMEOUT, read=MCP_DEFAULT_SSE_READ_TIMEOUT)
+    """An HTTP client with the SDK's MCP timeouts (long reads for event streams), a bounded connect."""
+    timeout = httpx2.Timeout(MCP_DEFAULT_TIMEOUT, read=MCP_DEFAULT_SSE_READ_TIMEOUT, connect=CONNECT_TIMEOUT)
     return httpx2.AsyncClient(headers=dict(headers or {}), timeout=timeout, verify=_tls())
-
-
-def redact_url(url: str) -> str:
-    """The URL without credentials or query, fit for logs."""
-    parts = urlsplit(url)
-    host = parts.hostname or ""
-    if parts.port:
-        host = f"{host}:{parts.port}"
-    return urlunsplit((parts.scheme, host, parts.path, "", ""))

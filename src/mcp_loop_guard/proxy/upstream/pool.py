@@ -1,25 +1,25 @@
-"""Every configured upstream server, kept connected for the sessions that use it.
+"""Every configured upstream of the aggregating proxy, kept connected for the sessions that use it.
 
 Two ways to reach an upstream, decided per server:
 
-* shared: one connection serves every downstream session. Used for stdio
-  servers whenever the guard serves more than one session or more than one
-  upstream: one child process per server, not per agent. A supervisor restarts
-  it with exponential backoff and jitter when it dies.
-* per session: each downstream session opens its own connection, announcing
-  its own client's capabilities. Used for HTTP upstreams behind an HTTP guard,
-  and for the single stdio upstream of a stdio guard (the transparent case). A
-  supervised probe connection keeps the server's identity and readiness known.
+* shared: one connection serves every downstream session (stdio servers behind an HTTP
+  guard, or several upstreams): one child process per server, not per agent. A supervisor
+  restarts it with exponential backoff and jitter when it dies.
+* per session: each downstream session opens its own connection, announcing its own client's
+  capabilities (HTTP upstreams behind an HTTP guard, and every upstream of a stdio guard). A
+  supervised probe keeps the server's identity and readiness known.
+
+Whatever goes wrong with one upstream (it cannot start, refuses, dies, hangs) is caught here,
+reported in ``/readyz`` and the logs, and retried; it never takes the guard or another
+upstream down.
 """
 
 from __future__ import annotations
 
 import hashlib
 import logging
-import random
 from collections.abc import AsyncIterator, Callable
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
-from dataclasses import dataclass
 from typing import Any, Literal
 
 import anyio
@@ -31,7 +31,9 @@ from pydantic import BaseModel
 from mcp_loop_guard import __version__
 from mcp_loop_guard.config import HttpServer, ServerSpec, StdioServer
 from mcp_loop_guard.core.fingerprint import canonical_json
-from mcp_loop_guard.proxy.process import UpstreamStartError
+from mcp_loop_guard.plan import Limits
+from mcp_loop_guard.proxy.upstream.backoff import Backoff
+from mcp_loop_guard.proxy.upstream.child import UpstreamStartError
 from mcp_loop_guard.proxy.upstream.session import (
     Downstream,
     Upstream,
@@ -57,39 +59,29 @@ SHARED_CAPABILITIES = types.ClientCapabilities(
 features (answering with an error for a client that lacks one) but not roots: one server
 process cannot have each client's roots."""
 
-
-@dataclass(frozen=True, slots=True)
-class Backoff:
-    """Restart delays: exponential, capped, with "equal jitter" (half fixed, half random).
-
-    The fixed half guarantees a crashed server is never restarted at once, so the
-    calls right after a crash see why it crashed; the random half keeps many guards
-    from restarting a shared server in step.
-    """
-
-    initial: float = 1.0
-    cap: float = 30.0
-
-    def delay(self, attempt: int) -> float:
-        ceiling = min(self.cap, self.initial * 2**attempt)
-        return float(ceiling / 2 + random.uniform(0, ceiling / 2))  # noqa: S311 - jitter, not crypto
+HEALTH_INTERVAL = 10.0
+"""Seconds between pings of an idle HTTP upstream, to notice it went away."""
 
 
-@dataclass(frozen=True, slots=True)
-class Limits:
-    """Bounds that protect the guard from an upstream: message size, and time without an answer."""
-
-    max_message_bytes: int = 64 * 1024 * 1024
-    call_timeout: float | None = None
+def reason_of(error: BaseException) -> str:
+    """One line saying why an upstream connection failed, for logs (never the whole traceback)."""
+    if isinstance(error, BaseExceptionGroup):
+        return "; ".join(reason_of(inner) for inner in error.exceptions[:3])
+    text = str(error) or type(error).__name__
+    return text.splitlines()[0][:500]
 
 
 @asynccontextmanager
 async def open_upstream(spec: ServerSpec, limits: Limits) -> AsyncIterator[Upstream]:
-    """Open a connection (the handshake is left to the caller)."""
+    """Open a connection (the handshake is left to the caller).
+
+    Raises:
+        UpstreamStartError: a stdio command that cannot be started.
+        UpstreamGoneError: an HTTP upstream that cannot be reached.
+    """
     opened: AbstractAsyncContextManager[Upstream]
     if isinstance(spec, StdioServer):
-        command = [spec.command, *spec.args]
-        opened = open_stdio_upstream(spec.name, command, env=spec.env, cwd=spec.cwd, max_bytes=limits.max_message_bytes)
+        opened = open_stdio_upstream(spec, max_bytes=limits.max_message_bytes)
     else:
         opened = open_http_upstream(spec.name, spec.url, transport=spec.transport, headers=spec.headers)
     async with opened as upstream:
@@ -99,35 +91,33 @@ async def open_upstream(spec: ServerSpec, limits: Limits) -> AsyncIterator[Upstr
         yield upstream
 
 
-HEALTH_INTERVAL = 10.0
-"""Seconds between pings of an idle HTTP upstream, to notice it went away."""
-
-_FAILURES = (UpstreamStartError, UpstreamGoneError, MCPError, OSError)
-
-
 class SharedRouter:
     """Routes a shared upstream's server-to-client traffic to the right downstream session.
 
-    Notifications go to every session. A request (sampling, elicitation, roots) goes to
-    the one session that has requests in flight on this upstream; when several do, the
-    upstream gives no way to tell which one asked, so the request is refused rather
-    than shown to the wrong client.
+    Notifications go to every session. A request (sampling, elicitation, roots) goes to the
+    one session that has requests in flight on this upstream; when several do, the upstream
+    gives no way to tell which one asked, so the request is refused rather than shown to the
+    wrong client.
     """
 
     def __init__(self, name: str) -> None:
+        """Route for upstream ``name``."""
         self.name = name
         self.sessions: dict[int, Downstream] = {}
         self.in_flight: dict[int, int] = {}
 
     def attach(self, key: int, downstream: Downstream) -> None:
+        """A session starts using the shared connection."""
         self.sessions[key] = downstream
 
     def detach(self, key: int) -> None:
+        """A session ended."""
         self.sessions.pop(key, None)
         self.in_flight.pop(key, None)
 
     @asynccontextmanager
     async def calling(self, key: int) -> AsyncIterator[None]:
+        """Count one request of session ``key`` in flight on this upstream."""
         self.in_flight[key] = self.in_flight.get(key, 0) + 1
         try:
             yield
@@ -139,6 +129,7 @@ class SharedRouter:
                 self.in_flight.pop(key, None)
 
     async def request(self, request: BaseModel) -> dict[str, Any]:
+        """Send a server-to-client request to the one session it can be for."""
         callers = [key for key, count in self.in_flight.items() if count > 0 and key in self.sessions]
         if len(callers) != 1:
             why = "no client has a request in flight" if not callers else "several clients have requests in flight"
@@ -149,6 +140,7 @@ class SharedRouter:
         return await self.sessions[callers[0]].request(request)
 
     async def notify(self, notification: types.ServerNotification) -> None:
+        """Tell every session."""
         for downstream in list(self.sessions.values()):
             await downstream.notify(notification)
 
@@ -159,6 +151,7 @@ class Slot:
     def __init__(
         self, spec: ServerSpec, *, shared: bool, limits: Limits | None = None, backoff: Backoff | None = None
     ) -> None:
+        """``shared``: one connection for every session (else one per session, plus a probe)."""
         self.spec = spec
         self.name = spec.name
         self.shared = shared
@@ -167,6 +160,9 @@ class Slot:
         """Seconds a request to this upstream may go without an answer or progress; None: no limit."""
         self.status: Status = "starting"
         self.detail = "not connected yet"
+        """Why it is down, for logs (may name the command and its last stderr lines)."""
+        self.reason = "not connected yet"
+        """Why it is down, for ``/readyz`` and other clients: no command line, no stderr, no secret."""
         self.identity: types.InitializeResult | None = None
         self.connection: Upstream | None = None
         """The shared connection (shared slots) or the probe (per-session slots), while ready."""
@@ -175,17 +171,14 @@ class Slot:
         self._backoff = backoff or Backoff()
         self._listeners: list[Callable[[Slot, bool], None]] = []
         self._tools_digest: str | None = None
-        self._ready = anyio.Event()
 
     def on_change(self, listener: Callable[[Slot, bool], None]) -> None:
         """Call ``listener(slot, tools_changed)`` when the slot goes up or down, or comes back with other tools."""
         self._listeners.append(listener)
 
-    def _set(self, status: Status, detail: str, *, tools_changed: bool = False) -> None:
+    def _set(self, status: Status, detail: str, reason: str, *, tools_changed: bool = False) -> None:
         changed = status != self.status
-        self.status, self.detail = status, detail
-        if status == "ready":
-            self._ready.set()
+        self.status, self.detail, self.reason = status, detail, reason
         if changed or tools_changed:
             for listener in list(self._listeners):
                 listener(self, tools_changed)
@@ -197,7 +190,7 @@ class Slot:
             return False
         try:
             listed = await upstream.request("tools/list", None)
-        except _FAILURES:
+        except (MCPError, UpstreamGoneError):
             return False
         digest = hashlib.sha256(canonical_json(listed.get("tools"))).hexdigest()
         previous, self._tools_digest = self._tools_digest, digest
@@ -215,54 +208,69 @@ class Slot:
         attempt = 1
         while True:
             try:
-                async with open_upstream(self.spec, self.limits) as upstream:
-                    if self.shared:
-                        upstream.downstream = self.router
-                    await upstream.connect(
-                        PROXY_INFO, SHARED_CAPABILITIES if self.shared else types.ClientCapabilities()
-                    )
-                    self.identity = upstream.initialize_result
-                    self.connection = upstream
-                    attempt = 1
-                    self._set("ready", "connected", tools_changed=await self._tools_changed(upstream))
-                    reason = await self._watch(upstream)
-            except _FAILURES as exc:
-                reason = str(exc) or type(exc).__name__
+                reason = await self._serve_once()
+                attempt = 1
+            except (UpstreamStartError, UpstreamGoneError, MCPError, OSError) as exc:
+                reason = reason_of(exc)
+            except Exception as exc:
+                logger.warning("upstream %r failed unexpectedly", self.name, exc_info=exc)
+                reason = reason_of(exc)
             self.connection = None
-            self._set("down", reason)
+            self._set("down", reason, _public_reason(reason, self.spec))
             delay = self._backoff.delay(attempt)
             logger.warning("upstream %r is down (%s); reconnecting in %.1fs", self.name, reason, delay)
             attempt += 1
             self.restarts += 1
             await anyio.sleep(delay)
 
+    async def _serve_once(self) -> str:
+        """One connection, from opening to its end; returns why it ended."""
+        async with open_upstream(self.spec, self.limits) as upstream:
+            if self.shared:
+                upstream.downstream = self.router
+            await upstream.connect(PROXY_INFO, SHARED_CAPABILITIES if self.shared else types.ClientCapabilities())
+            self.identity = upstream.initialize_result
+            self.connection = upstream
+            self._set("ready", "connected", "connected", tools_changed=await self._tools_changed(upstream))
+            return await self._watch(upstream)
+
     async def _watch(self, upstream: Upstream) -> str:
         """Wait until the connection is gone; HTTP upstreams are pinged, since nothing else says so."""
-        if isinstance(self.spec, HttpServer):
-            async with anyio.create_task_group() as tg:
+        if not isinstance(self.spec, HttpServer):
+            return await upstream.wait_gone()
+        async with anyio.create_task_group() as tg:
 
-                async def ping() -> None:
-                    while True:
-                        await anyio.sleep(HEALTH_INTERVAL)
-                        try:
-                            with anyio.fail_after(HEALTH_INTERVAL):
-                                await upstream.request("ping", None)
-                        except (TimeoutError, *_FAILURES) as exc:
-                            upstream.mark_gone(f"upstream {upstream.label} failed a health check: {exc}")
-                            return
+            async def ping() -> None:
+                while True:
+                    await anyio.sleep(HEALTH_INTERVAL)
+                    try:
+                        with anyio.fail_after(HEALTH_INTERVAL):
+                            await upstream.request("ping", None)
+                    except (TimeoutError, MCPError, UpstreamGoneError, OSError) as exc:
+                        upstream.mark_gone(f"upstream {upstream.label} failed a health check: {reason_of(exc)}")
+                        return
 
-                tg.start_soon(ping)
-                reason = await upstream.wait_gone()
-                tg.cancel_scope.cancel()
-            return reason
-        return await upstream.wait_gone()
+            tg.start_soon(ping)
+            reason = await upstream.wait_gone()
+            tg.cancel_scope.cancel()
+        return reason
 
-    @asynccontextmanager
-    async def session_connection(
-        self, client_info: types.Implementation, capabilities: types.ClientCapabilities, downstream: Downstream
-    ) -> AsyncIterator[Upstream]:
-        """A connection of one session's own, announcing that session's client."""
-        async with open_upstream(self.spec, self.limits) as upstream:
-            upstream.downstream = downstream
-            await upstream.connect(client_info, capabilities)
-            yield upstream
+
+def _public_reason(reason: str, spec: ServerSpec) -> str:
+    """What ``/readyz`` may say of a failure: its kind, never a command line, stderr line or URL secret."""
+    lowered = reason.lower()
+    for words, said in (
+        ("exited with status", "exited"),
+        ("was killed by", "killed"),
+        ("cannot start", "cannot start its command"),
+        ("did not answer initialize", "did not answer initialize"),
+        ("refused initialize", "refused initialize"),
+        ("failed a health check", "failed a health check"),
+        ("401", "unauthorized (401)"),
+        ("403", "forbidden (403)"),
+        ("unreachable", "unreachable"),
+        ("connect", "unreachable"),
+    ):
+        if words in lowered:
+            return said
+    return "down" if isinstance(spec, StdioServer) else "unreachable"

@@ -14,8 +14,9 @@ import mcp_types as types
 from mcp.shared.exceptions import MCPError
 
 from mcp_loop_guard.core.fingerprint import canonical_json
-from mcp_loop_guard.proxy.pool import Backoff, Slot, open_upstream
-from mcp_loop_guard.proxy.process import UpstreamStartError
+from mcp_loop_guard.proxy.upstream.backoff import Backoff
+from mcp_loop_guard.proxy.upstream.child import UpstreamStartError
+from mcp_loop_guard.proxy.upstream.pool import Slot, open_upstream, reason_of
 from mcp_loop_guard.proxy.upstream.session import Downstream, Upstream, UpstreamGoneError
 
 logger = logging.getLogger(__name__)
@@ -77,7 +78,7 @@ class SharedLink:
     async def using(self) -> AsyncIterator[Upstream]:
         upstream = self._slot.connection
         if upstream is None:
-            raise UpstreamGoneError(f"upstream {self.name!r} is down: {self._slot.detail}")
+            raise UpstreamGoneError(f"upstream {self.name!r} is down: {self._slot.reason}")
         async with self._slot.router.calling(self._key):
             yield upstream
 
@@ -154,22 +155,42 @@ class OwnLink:
         self._retry_at = anyio.current_time() + self._backoff.delay(self._failures)
 
     async def _open(self) -> None:
-        """Open the connection in a task of its own, which must also be the one to close it."""
-        release, released = anyio.Event(), anyio.Event()
+        """Open the connection in a task of its own, which must also be the one to close it.
 
-        async def hold(*, task_status: anyio.abc.TaskStatus[Upstream]) -> None:
+        Whatever ends the connection (a crash, a broken stream, an HTTP error inside the SDK's
+        transport) ends in that task and marks the upstream gone; it never reaches the session.
+
+        Raises:
+            UpstreamStartError: the command cannot be started.
+            UpstreamGoneError: the upstream cannot be reached.
+        """
+        release, released = anyio.Event(), anyio.Event()
+        opened: list[Upstream] = []
+
+        async def hold(*, task_status: anyio.abc.TaskStatus[Upstream | BaseException]) -> None:
             try:
                 async with open_upstream(self._slot.spec, self._slot.limits) as upstream:
                     upstream.downstream = self._downstream
+                    opened.append(upstream)
                     task_status.started(upstream)
                     async with anyio.create_task_group() as watch:
                         watch.start_soon(self._announce_death, upstream)
                         await release.wait()
                         watch.cancel_scope.cancel()
+            except Exception as exc:
+                if opened:
+                    opened[0].mark_gone(f"upstream {opened[0].label} failed: {reason_of(exc)}")
+                else:
+                    task_status.started(exc)
             finally:
                 released.set()
 
-        self._upstream = await self._tg.start(hold)
+        result = await self._tg.start(hold)
+        if isinstance(result, BaseException):
+            if isinstance(result, (UpstreamStartError, UpstreamGoneError)):
+                raise result
+            raise UpstreamGoneError(f"upstream {self.name!r} is unreachable: {reason_of(result)}") from result
+        self._upstream = result
         self._release, self._released = release, released
 
     async def _announce_death(self, upstream: Upstream) -> None:

@@ -1,10 +1,10 @@
-"""Downstream sessions: each with its own loop state and its own links to the upstreams."""
+"""Downstream sessions of the aggregating proxy: each with its links to the upstreams and its judge."""
 
 from __future__ import annotations
 
 import itertools
 import logging
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncIterator, Callable
 from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass, field
 
@@ -12,13 +12,12 @@ import anyio
 import anyio.abc
 import mcp_types as types
 
-from mcp_loop_guard.core.detector import LoopDetector
-from mcp_loop_guard.core.model import Verdict
-from mcp_loop_guard.core.policy import Policy
-from mcp_loop_guard.proxy.catalog import SEPARATOR
-from mcp_loop_guard.proxy.links import Link, OwnLink, SharedLink
-from mcp_loop_guard.proxy.pool import Slot
-from mcp_loop_guard.proxy.server import AbortHook, CallObserver, GuardedProxy, SessionDownstream
+from mcp_loop_guard.plan import Plan
+from mcp_loop_guard.proxy.relay.judge import Judge
+from mcp_loop_guard.proxy.relay.sdk_server import SessionDownstream
+from mcp_loop_guard.proxy.relay.session_server import AbortHook, GuardedProxy, JudgeOf
+from mcp_loop_guard.proxy.upstream.links import Link, OwnLink, SharedLink
+from mcp_loop_guard.proxy.upstream.pool import Slot
 
 logger = logging.getLogger(__name__)
 
@@ -27,33 +26,31 @@ logger = logging.getLogger(__name__)
 class SessionFactory:
     """Everything a new downstream session is made from."""
 
+    plan: Plan
     slots: list[Slot]
-    policy: Policy
-    server_policies: Mapping[str, Policy] = field(default_factory=dict)
-    observe: CallObserver | None = None
-    log_contents: bool = False
+    on_dropped: Callable[[str, str], None] | None = None
+    on_listed: Callable[[str, list[str]], None] | None = None
     live: dict[int, GuardedProxy] = field(default_factory=dict)
     """Open sessions, for change notifications and the active-sessions gauge."""
     _ids: itertools.count[int] = field(default_factory=itertools.count)
 
-    def policy_for(self, tool: str) -> Policy:
-        """The policy of the server that owns an exported tool name."""
-        if len(self.slots) == 1:
-            return self.server_policies.get(self.slots[0].name, self.policy)
-        server = tool.split(SEPARATOR, 1)[0]
-        return self.server_policies.get(server, self.policy)
-
     @asynccontextmanager
-    async def open(self, on_abort: AbortHook, *, prestart: bool = False) -> AsyncIterator[GuardedProxy]:
-        """A new session, closed (with its own upstream connections) on exit."""
+    async def open(
+        self, judge_of: JudgeOf, on_abort: AbortHook, *, prestart: bool = False, shared_only: bool = False
+    ) -> AsyncIterator[GuardedProxy]:
+        """A new session, closed (with its own upstream connections) on exit.
+
+        ``shared_only``: every upstream through its slot's shared connection (requests without
+        a session of their own, which can carry no server-to-client traffic).
+        """
         key = next(self._ids)
-        downstream = SessionDownstream()
+        downstream = SessionDownstream(self.plan.settings.max_pending_requests)
         links: list[Link] = []
         async with AsyncExitStack() as stack:
             tg = await stack.enter_async_context(anyio.create_task_group())
             stack.callback(tg.cancel_scope.cancel)
             for slot in self.slots:
-                if slot.shared:
+                if slot.shared or shared_only:
                     shared = SharedLink(slot, key, downstream)
                     stack.callback(shared.close)
                     links.append(shared)
@@ -63,10 +60,9 @@ class SessionFactory:
                     if prestart:
                         await own.prestart()
                     links.append(own)
-            policy_for = self.policy_for if self.server_policies else None
-            detector = LoopDetector(self.policy, policy_for)
-            proxy = GuardedProxy(links, detector, self.policy, on_abort, downstream, self.observe)
-            proxy.log_contents = self.log_contents
+            proxy = GuardedProxy(
+                links, downstream, judge_of, on_abort, on_dropped=self.on_dropped, on_listed=self.on_listed
+            )
             self.live[key] = proxy
             stack.callback(self.live.pop, key, None)
             yield proxy
@@ -94,15 +90,10 @@ async def _notify_quietly(downstream: SessionDownstream, notification: types.Ser
         logger.debug("could not tell a closing session that its lists changed")
 
 
-class AbortLatch:
-    """Remembers that a session must end, and after which reply; ``then`` runs at once."""
+def fixed_judge(judge: Judge) -> JudgeOf:
+    """A session's own judge, whatever the request."""
 
-    def __init__(self, then: Callable[[], object] | None = None) -> None:
-        self.verdict: Verdict | None = None
-        self.request_id: types.RequestId | None = None
-        self.then = then
+    async def judge_of(ctx: object) -> Judge:
+        return judge
 
-    def __call__(self, request_id: types.RequestId | None, verdict: Verdict) -> None:
-        self.verdict, self.request_id = verdict, request_id
-        if self.then is not None:
-            self.then()
+    return judge_of

@@ -1,0 +1,172 @@
+"""Serve many agents over streamable HTTP (``/mcp``) or legacy SSE (``/sse`` + ``/messages/``).
+
+Start-up supervises every upstream (a broken one is reported, never fatal), then serves
+until SIGTERM or SIGINT. At the first signal the guard stops accepting, answers every call
+still in flight with an error result on its own stream, and stops its upstreams; a second
+signal cuts the upstreams' grace short. Neither prints a traceback.
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from typing import Any
+
+import anyio
+import anyio.abc
+import uvicorn
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Mount, Route
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from mcp_loop_guard.config import HttpServer
+from mcp_loop_guard.metrics import Metrics
+from mcp_loop_guard.plan import Plan
+from mcp_loop_guard.proxy.downstream.agents import opened_events, opened_store
+from mcp_loop_guard.proxy.downstream.http.agents import Agents
+from mcp_loop_guard.proxy.downstream.http.middleware import AuthGuard, BodyGuard, HostGuard, security_settings
+from mcp_loop_guard.proxy.downstream.http.protocol import OnceInAWhile, protocol_class, raise_open_file_limit
+from mcp_loop_guard.proxy.downstream.http.sessions import GuardSessions
+from mcp_loop_guard.proxy.downstream.sessions import SessionFactory
+from mcp_loop_guard.proxy.relay.session_server import STOPPING
+from mcp_loop_guard.proxy.upstream.child import terminate_all_now
+from mcp_loop_guard.proxy.upstream.pool import Slot
+from mcp_loop_guard.store import MemoryStore, StoreHealth
+
+logger = logging.getLogger(__name__)
+
+START_TIMEOUT = 30.0
+"""How long start-up waits for every upstream's first connection attempt."""
+GRACEFUL_SECONDS = 5.0
+"""After the first signal, how long requests in flight get to finish (they are answered with an error)."""
+
+
+class _Uvicorn(uvicorn.Server):
+    """uvicorn, with signals left to the guard: it only stops serving when told to."""
+
+    @contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        yield
+
+
+def _slots(plan: Plan) -> list[Slot]:
+    """HTTP upstreams get a connection per session; stdio upstreams one shared child each."""
+    return [Slot(spec, shared=not isinstance(spec, HttpServer), limits=plan.limits) for spec in plan.config.servers]
+
+
+def build_app(
+    sessions: GuardSessions, slots: Sequence[Slot], plan: Plan, metrics: Metrics, health: StoreHealth
+) -> ASGIApp:
+    """Routes (MCP endpoints, health, readiness, metrics) behind Host/Origin, tokens and body checks."""
+    settings = plan.settings
+
+    async def healthz(request: Request) -> Response:
+        return JSONResponse({"status": "ok"})
+
+    async def readyz(request: Request) -> Response:
+        upstreams = {
+            slot.name: {"status": slot.status, "reason": slot.reason, "restarts": slot.restarts} for slot in slots
+        }
+        ready = all(slot.status == "ready" for slot in slots)
+        store = {"kind": health.name, "status": "degraded" if health.degraded else "ok"}
+        return JSONResponse({"ready": ready, "upstreams": upstreams, "store": store}, status_code=200 if ready else 503)
+
+    async def metrics_endpoint(request: Request) -> Response:
+        for slot in slots:
+            metrics.upstream_up.labels(slot.name).set(1 if slot.status == "ready" else 0)
+        metrics.store_up.set(0 if health.degraded else 1)
+        metrics.agents.set(len(sessions.agents))
+        return Response(metrics.render(), media_type="text/plain; version=0.0.4")
+
+    routes: list[Route | Mount] = [
+        Route("/healthz", healthz),
+        Route("/readyz", readyz),
+        Route("/metrics", metrics_endpoint),
+    ]
+    if settings.transport == "sse":
+        routes.append(Route("/sse", _Raw(sessions.handle_sse)))
+        routes.append(Mount("/messages/", app=sessions.handle_messages))
+        json_paths = ["/messages"]
+    else:
+        routes.append(Route("/mcp", _Raw(sessions.handle_mcp), methods=["GET", "POST", "DELETE"]))
+        json_paths = ["/mcp"]
+    app: ASGIApp = Starlette(routes=routes)
+    app = BodyGuard(app, settings.max_request_bytes, settings.body_timeout_seconds, json_paths)
+    app = AuthGuard(app, settings.tokens(), open_paths=("/healthz",))
+    return HostGuard(app, security_settings(settings), open_paths=("/healthz",))
+
+
+class _Raw:
+    """A Route endpoint that is a raw ASGI callable, not a request handler."""
+
+    def __init__(self, handler: Callable[[Scope, Receive, Send], Any]) -> None:
+        self.handler = handler
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        await self.handler(scope, receive, send)
+
+
+async def _watch_signals(server: _Uvicorn, cancel: anyio.CancelScope, received: list[int]) -> None:
+    with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+        async for signum in signals:
+            received.append(signum)
+            if not server.should_exit:
+                logger.info("received %s; answering calls in flight and stopping", signal.Signals(signum).name)
+                STOPPING.set()
+                server.should_exit = True
+            else:
+                logger.info("received %s again; stopping now", signal.Signals(signum).name)
+                terminate_all_now()
+                server.force_exit = True
+                cancel.cancel()
+
+
+async def run_http(plan: Plan) -> int:
+    """Start every upstream, then serve until a signal says stop."""
+    settings = plan.settings
+    metrics = Metrics()
+    logging.getLogger("asyncio").addFilter(OnceInAWhile())
+    raise_open_file_limit()
+    slots = _slots(plan)
+    factory = SessionFactory(plan, slots, on_dropped=metrics.dropped, on_listed=metrics.learn)
+    received: list[int] = []
+    async with opened_store(plan) as (store, health), opened_events(plan) as events:
+        forget: Callable[[str], object] | None = store.forget if isinstance(store, MemoryStore) else None
+        observe = metrics.observer()
+        agents = Agents(plan, store, health, events, observe, limit=settings.max_keys, on_evict=forget)
+        sessions = GuardSessions(
+            plan, factory=factory, agents=agents, metrics=metrics, security=security_settings(settings), events=events
+        )
+        async with anyio.create_task_group() as tg:
+            listener = factory.on_slot_change(tg)
+            for slot in slots:
+                slot.on_change(listener)
+                await tg.start(slot.supervise)
+            for slot in slots:
+                await slot.wait_settled(START_TIMEOUT)
+                if slot.status != "ready":
+                    logger.warning("upstream %r is not ready at start-up: %s", slot.name, slot.detail)
+            app = build_app(sessions, slots, plan, metrics, health)
+            config = uvicorn.Config(
+                app,
+                host=settings.host,
+                port=settings.port,
+                log_config=None,
+                access_log=False,
+                lifespan="off",
+                http=protocol_class(
+                    header_timeout=settings.header_timeout_seconds, max_connections=settings.max_connections
+                ),
+                timeout_graceful_shutdown=int(GRACEFUL_SECONDS),
+            )
+            server = _Uvicorn(config)
+            async with sessions.running():
+                tg.start_soon(_watch_signals, server, tg.cancel_scope, received)
+                logger.info("serving MCP over %s on http://%s:%d", settings.transport, settings.host, settings.port)
+                await server.serve()
+            tg.cancel_scope.cancel()
+    return 128 + received[0] if received else 0

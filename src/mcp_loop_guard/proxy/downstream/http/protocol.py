@@ -1,0 +1,131 @@
+"""The HTTP connection layer: slow clients cut, excess connections shed, descriptors kept in hand.
+
+uvicorn has no limit on the time a client may take to send its request headers, so a few
+thousand sockets trickling bytes would hold the guard's descriptors forever. This protocol
+closes a connection whose request line and headers are not complete within the header
+timeout, and, at the connection cap, makes room by closing the oldest connection that has
+not yet sent a whole request (a slow one) before refusing a newcomer with 503.
+"""
+
+from __future__ import annotations
+
+import asyncio  # noqa: TID251 - uvicorn's protocols are asyncio protocols
+import logging
+import resource
+import time
+from typing import Any, ClassVar
+
+import h11
+from uvicorn.protocols.http.h11_impl import H11Protocol
+
+logger = logging.getLogger(__name__)
+
+_SHED = b"HTTP/1.1 503 Service Unavailable\r\nretry-after: 1\r\ncontent-length: 0\r\nconnection: close\r\n\r\n"
+
+
+class GuardedH11(H11Protocol):
+    """uvicorn's h11 protocol with a header timeout and a connection cap (set on the class per server)."""
+
+    header_timeout: ClassVar[float] = 10.0
+    max_connections: ClassVar[int] = 500
+    waiting: ClassVar[dict[GuardedH11, float]] = {}
+    """Connections still waiting for a complete request, with when they were opened (oldest first)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        """As uvicorn's; plus the header timer."""
+        super().__init__(*args, **kwargs)
+        self._header_timer: asyncio.TimerHandle | None = None
+
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        """Count the connection; at the cap, cut the oldest slow one, or refuse this one."""
+        if len(self.connections) >= self.max_connections and not self._shed_slowest():
+            transport.write(_SHED)
+            transport.close()
+            return
+        super().connection_made(transport)
+        self._await_headers()
+
+    def _await_headers(self) -> None:
+        self.waiting[self] = time.monotonic()
+        self._header_timer = self.loop.call_later(self.header_timeout, self._headers_too_slow)
+
+    def _headers_too_slow(self) -> None:
+        self.waiting.pop(self, None)
+        if self.transport is not None and not self.transport.is_closing():
+            logger.debug("closed a connection that sent no complete request headers in %gs", self.header_timeout)
+            self.transport.close()
+
+    def _headers_done(self) -> None:
+        self.waiting.pop(self, None)
+        if self._header_timer is not None:
+            self._header_timer.cancel()
+            self._header_timer = None
+
+    def _shed_slowest(self) -> bool:
+        for slow in self.waiting:
+            self.waiting.pop(slow, None)
+            if slow.transport is not None and not slow.transport.is_closing():
+                slow.transport.close()
+                return True
+        return False
+
+    def handle_events(self) -> None:
+        """Stop the header clock once a request's headers are in."""
+        super().handle_events()
+        if self._header_timer is not None and self.conn.their_state is not h11.IDLE:
+            self._headers_done()
+
+    def on_response_complete(self) -> None:
+        """A kept-alive connection waits for its next request's headers again."""
+        if not self.transport.is_closing():
+            self._headers_done()
+            self._await_headers()
+        super().on_response_complete()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        """Forget the connection."""
+        self._headers_done()
+        super().connection_lost(exc)
+
+
+def protocol_class(*, header_timeout: float, max_connections: int) -> type[GuardedH11]:
+    """A protocol class with these limits (one per server: the limits are class attributes)."""
+    return type(
+        "LimitedH11",
+        (GuardedH11,),
+        {"header_timeout": header_timeout, "max_connections": max_connections, "waiting": {}},
+    )
+
+
+def raise_open_file_limit() -> int:
+    """Raise the soft limit on open descriptors to the hard one; the limit now in force."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard == resource.RLIM_INFINITY or hard > soft:
+        target = hard if hard != resource.RLIM_INFINITY else max(soft, 65536)
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+        except (ValueError, OSError):
+            return soft
+        return target
+    return soft
+
+
+class OnceInAWhile(logging.Filter):
+    """Let one of a kind of record through per interval (a full descriptor table logs on every accept)."""
+
+    def __init__(self, interval: float = 10.0) -> None:
+        """``interval``: seconds between two records with the same message."""
+        super().__init__()
+        self.interval = interval
+        self._last: dict[str, float] = {}
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        """True for the first record of a message in each interval."""
+        key = str(record.msg)[:120]
+        now = time.monotonic()
+        if now - self._last.get(key, -self.interval) < self.interval:
+            return False
+        self._last[key] = now
+        if len(self._last) > 1000:
+            self._last.clear()
+        return True

@@ -1,0 +1,212 @@
+"""The SDK server one session of the aggregating proxy presents, and its server-to-client channel.
+
+With one upstream the session mirrors it (identity, capabilities, names); with several it is
+an aggregate under the guard's own name.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, Protocol, TypeVar, cast
+
+import mcp_types as types
+from mcp.server import Server, ServerRequestContext
+from mcp.server.caching import CACHEABLE_METHODS, CacheHint
+from mcp.server.context import CallNext, HandlerResult
+from mcp.server.models import InitializationOptions
+from mcp.server.session import ServerSession
+from mcp.shared.exceptions import MCPError
+from mcp.shared.message import ServerMessageMetadata
+from mcp_types.version import MODERN_PROTOCOL_VERSIONS
+from pydantic import BaseModel
+
+from mcp_loop_guard.proxy.compat import forget_server_info
+from mcp_loop_guard.proxy.relay.aggregate import Aggregate
+from mcp_loop_guard.proxy.upstream.links import Link
+from mcp_loop_guard.proxy.upstream.pool import PROXY_INFO
+from mcp_loop_guard.proxy.upstream.session import REQUESTS
+
+Context = ServerRequestContext[Any, Any]
+_RESERVED_META_PREFIX = "io.modelcontextprotocol/"
+_P = TypeVar("_P", bound=BaseModel)
+
+
+class _RawResult:
+    """A ``result_type`` for ServerSession.send_request that keeps the raw dict."""
+
+    @staticmethod
+    def model_validate(obj: Any, by_name: bool = False) -> Any:
+        return obj
+
+
+class SessionDownstream:
+    """Server-to-client traffic for one downstream session.
+
+    A request from the upstream (sampling, elicitation, roots) rides on the stream of a
+    client request still in flight when there is one, which is where an HTTP client listens
+    for it; otherwise on the session's own channel. At most ``limit`` such requests wait for
+    the client at once: more are refused to the upstream, so a flood cannot grow the guard.
+    """
+
+    def __init__(self, limit: int = 64) -> None:
+        """``limit``: upstream requests awaiting the client at once."""
+        self.session: ServerSession | None = None
+        self.in_flight: dict[types.RequestId, ServerSession] = {}
+        self.limit = limit
+        self.waiting = 0
+
+    async def request(self, request: BaseModel) -> dict[str, Any]:
+        """Ask the client; the raw result.
+
+        Raises:
+            MCPError: no client, too many requests waiting, or the client's own error.
+        """
+        if self.waiting >= self.limit:
+            raise MCPError(-32000, "too many requests are awaiting the client's answer; try again later")
+        result_type: Any = _RawResult
+        server_request = cast(types.ServerRequest, request)
+        self.waiting += 1
+        try:
+            if self.in_flight:
+                request_id, session = next(reversed(self.in_flight.items()))
+                metadata = ServerMessageMetadata(related_request_id=request_id)
+                result = await session.send_request(server_request, result_type, metadata=metadata)
+            elif self.session is not None:
+                result = await self.session.send_request(server_request, result_type)
+            else:
+                raise MCPError(types.INVALID_REQUEST, "no client is connected")
+        finally:
+            self.waiting -= 1
+        return cast(dict[str, Any], result)
+
+    async def notify(self, notification: types.ServerNotification) -> None:
+        """Relay an upstream notification to the client."""
+        if self.session is not None:
+            await self.session.send_notification(notification)
+
+
+def client_identity(ctx: Context) -> tuple[types.Implementation, types.ClientCapabilities]:
+    """The client's name and capabilities, from ``initialize``, the session, or the 2026-07-28 envelope."""
+    params: Mapping[str, Any] = ctx.params or {}
+    if ctx.method == "initialize":
+        info, caps = params.get("clientInfo"), params.get("capabilities")
+    elif ctx.session.client_params is not None:
+        return ctx.session.client_params.client_info, ctx.session.client_params.capabilities
+    else:
+        meta = params.get("_meta") or {}
+        info, caps = meta.get(types.CLIENT_INFO_META_KEY), meta.get(types.CLIENT_CAPABILITIES_META_KEY)
+    client_info = types.Implementation.model_validate(info or {"name": "unknown", "version": ""}, by_name=False)
+    capabilities = types.ClientCapabilities.model_validate(caps or {}, by_name=False)
+    return client_info, capabilities
+
+
+def strip_envelope(params: _P) -> _P:
+    """Drop the 2026-07-28 per-request keys: the upstream connection has its own era."""
+    meta = getattr(params, "meta", None)
+    if not meta or not any(key.startswith(_RESERVED_META_PREFIX) for key in meta):
+        return params
+    kept = {k: v for k, v in meta.items() if not k.startswith(_RESERVED_META_PREFIX)}
+    return params.model_copy(update={"meta": kept or None})
+
+
+def relayable(capabilities: types.ServerCapabilities) -> types.ServerCapabilities:
+    """Capabilities minus the task methods, which the session-level proxy does not relay."""
+    return capabilities.model_copy(update={"tasks": None}, deep=True)
+
+
+class Owner(Protocol):
+    """What the server face needs from the proxy behind it."""
+
+    aggregate: Aggregate
+    single: Link | None
+
+    async def connect_first(self, ctx: Context, call_next: CallNext) -> HandlerResult:
+        """Middleware connecting the upstreams on the first request."""
+        ...
+
+    async def call_tool(self, ctx: Context, params: types.CallToolRequestParams) -> dict[str, Any]:
+        """The guarded tools/call."""
+        ...
+
+
+class SessionServer(Server[Any]):
+    """An SDK server that presents the upstream's identity (or the guard's, for several) as its own."""
+
+    def __init__(self, owner: Owner) -> None:
+        """Register every relayed method on ``owner``'s aggregate; tools/call on the owner."""
+        # A relayed list may change at any moment: tell 2026-07-28 clients not to cache it.
+        super().__init__(PROXY_INFO.name, cache_hints=dict.fromkeys(cast(Any, CACHEABLE_METHODS), CacheHint()))
+        self.owner = owner
+        # Replaces the SDK's default OpenTelemetry middleware: four spans per relayed call cost
+        # about 3% of the guard's CPU with no tracer installed, on every call of every agent.
+        self.middleware = [owner.connect_first]
+        aggregate = owner.aggregate
+        for method in REQUESTS:
+            self.add_request_handler(method, _params_type(method), aggregate.handler(method))
+        self.add_request_handler("tools/call", types.CallToolRequestParams, owner.call_tool)
+        self.add_request_handler("server/discover", types.RequestParams, self._discover)
+        self.add_notification_handler("notifications/roots/list_changed", types.NotificationParams, self._roots)
+
+    async def _roots(self, ctx: Context, params: types.NotificationParams) -> None:
+        await self.owner.aggregate.roots_changed()
+
+    def capabilities(self) -> types.ServerCapabilities:
+        """What the client is told the server can do."""
+        single = self.owner.single
+        if single is not None and single.identity is not None:
+            return relayable(single.identity.capabilities)
+        return self.owner.aggregate.capabilities()
+
+    async def _discover(self, ctx: Context, params: types.RequestParams) -> types.DiscoverResult:
+        caps = self.capabilities()
+        # 2026-07-28 delivers change notifications only on subscriptions/listen, which this path does not relay.
+        for cap in (caps.tools, caps.prompts):
+            if cap is not None:
+                cap.list_changed = False
+        if caps.resources is not None:
+            caps.resources.list_changed = False
+            caps.resources.subscribe = False
+        caps.logging = None
+        return types.DiscoverResult(
+            supported_versions=list(MODERN_PROTOCOL_VERSIONS), capabilities=caps, instructions=self.instructions
+        )
+
+    def adopt_identity(self) -> None:
+        """Take the upstream's serverInfo (one upstream), so every era's results carry it."""
+        single = self.owner.single
+        if single is None or single.identity is None:
+            self.name, self.version = PROXY_INFO.name, PROXY_INFO.version
+            self.instructions = self.owner.aggregate.instructions()
+        else:
+            info = single.identity.server_info
+            self.name, self.version, self.title = info.name, info.version, info.title
+            self.description, self.website_url, self.icons = info.description, info.website_url, info.icons
+            self.instructions = single.identity.instructions
+        forget_server_info(self)
+
+    def create_initialization_options(
+        self,
+        notification_options: Any = None,
+        experimental_capabilities: dict[str, dict[str, Any]] | None = None,
+        extensions: dict[str, dict[str, Any]] | None = None,
+    ) -> InitializationOptions:
+        """The upstream's identity and capabilities (the SDK's HTTP manager asks with no arguments)."""
+        return InitializationOptions(
+            server_name=self.name,
+            server_version=self.version,
+            title=self.title,
+            description=self.description,
+            capabilities=self.capabilities(),
+            instructions=self.instructions,
+            website_url=self.website_url,
+            icons=self.icons,
+        )
+
+
+def _params_type(method: str) -> type[BaseModel]:
+    model = REQUESTS[method]
+    annotation = model.model_fields["params"].annotation
+    for candidate in (annotation, *getattr(annotation, "__args__", ())):
+        if isinstance(candidate, type) and issubclass(candidate, BaseModel):
+            return candidate
+    return types.RequestParams

@@ -1,0 +1,199 @@
+"""The aggregating proxy: one downstream session relayed through the SDK's session layer.
+
+Used where the message relay cannot serve: several upstreams under one name, an HTTP
+upstream behind a stdio guard, an HTTP guard in front of shared stdio servers. The SDK owns
+the protocol here (both eras, initialization, cancellation, progress plumbing); this module
+decides where each request goes, and hands every ``tools/call`` to the same judge the
+message relay uses.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any
+
+import anyio
+import mcp_types as types
+from mcp.server.context import CallNext, HandlerResult
+from mcp.shared.exceptions import MCPError
+from pydantic import BaseModel
+
+from mcp_loop_guard.core.model import Verdict
+from mcp_loop_guard.proxy.relay.aggregate import Aggregate, Context, for_era
+from mcp_loop_guard.proxy.relay.judge import Judge, Refusal
+from mcp_loop_guard.proxy.relay.sdk_server import SessionDownstream, SessionServer, client_identity, strip_envelope
+from mcp_loop_guard.proxy.relay.verdicts import failed
+from mcp_loop_guard.proxy.upstream.links import Link
+from mcp_loop_guard.proxy.upstream.session import UpstreamGoneError
+from mcp_loop_guard.proxy.wire.messages import GUARD_FAULT
+
+logger = logging.getLogger(__name__)
+
+
+class Stopping:
+    """The guard is shutting down: calls in flight are answered with an error instead of cut off."""
+
+    def __init__(self) -> None:
+        """Not stopping yet."""
+        self.flag = False
+        self.scopes: set[anyio.CancelScope] = set()
+
+    def set(self) -> None:
+        """Stop: every relayed request in flight ends now."""
+        self.flag = True
+        for scope in list(self.scopes):
+            scope.cancel()
+
+
+STOPPING = Stopping()
+"""Process-wide: set at the first SIGTERM or SIGINT of an HTTP guard."""
+
+JudgeOf = Callable[[Context], Awaitable[Judge]]
+"""The judge of the agent a request belongs to (the session's own, or a keyed agent's)."""
+AbortHook = Callable[[Context, Verdict], None]
+"""Called once an aborting refusal is decided; the transport ends the session after it went out."""
+
+
+class GuardedProxy:
+    """Relays one downstream session to its upstreams, judging every tool call."""
+
+    def __init__(
+        self,
+        links: Sequence[Link],
+        downstream: SessionDownstream,
+        judge_of: JudgeOf,
+        on_abort: AbortHook,
+        *,
+        on_dropped: Callable[[str, str], None] | None = None,
+        on_listed: Callable[[str, list[str]], None] | None = None,
+    ) -> None:
+        """``on_dropped(server, tool)``: a colliding tool was left out of a list; ``on_listed(server, names)``:
+        a server listed these tools (both for metrics)."""
+        self.links = {link.name: link for link in links}
+        self.single = links[0] if len(links) == 1 else None
+        self.downstream = downstream
+        self.judge_of = judge_of
+        self.on_abort = on_abort
+        self.aggregate = Aggregate(self.links, self.relay, on_dropped=on_dropped, on_listed=on_listed)
+        self.server = SessionServer(self)
+        self._connected = False
+
+    async def relay(self, ctx: Context, server: str, method: str, params: BaseModel | None) -> dict[str, Any]:
+        """Send one request to one upstream on behalf of the client, progress included.
+
+        With a call timeout, every progress notification from the upstream restarts the
+        clock; when it runs out the request is cancelled upstream (leaving the scope sends
+        ``notifications/cancelled``) and the client is told why.
+
+        Raises:
+            MCPError: the upstream's own error, or the guard's (marked with GUARD_FAULT data).
+        """
+        link = self.links[server]
+        timeout = link.call_timeout
+        wants_progress = ctx.meta is not None and ctx.meta.get("progress_token") is not None
+        scope = anyio.CancelScope(deadline=anyio.current_time() + timeout if timeout else float("inf"))
+        session = ctx.session
+        on_progress = None
+        if wants_progress or timeout:
+
+            async def on_progress(progress: float, total: float | None, message: str | None) -> None:
+                if timeout:
+                    scope.deadline = anyio.current_time() + timeout
+                if wants_progress:
+                    await session.report_progress(progress, total, message)
+
+        if params is not None:
+            params = strip_envelope(params)
+        label = repr(server)
+        STOPPING.scopes.add(scope)
+        try:
+            with scope:
+                if STOPPING.flag:
+                    scope.cancel()
+                async with link.using() as upstream:
+                    label = upstream.label
+                    result = await upstream.request(method, params, on_progress)
+        except UpstreamGoneError as exc:
+            raise MCPError(types.INTERNAL_ERROR, str(exc), data={GUARD_FAULT: "gone"}) from exc
+        finally:
+            STOPPING.scopes.discard(scope)
+        if STOPPING.flag and scope.cancelled_caught:
+            raise MCPError(
+                types.INTERNAL_ERROR,
+                "the guard is shutting down; the request was cancelled",
+                data={GUARD_FAULT: "stopping"},
+            )
+        if scope.cancelled_caught:
+            raise MCPError(
+                types.INTERNAL_ERROR,
+                f"upstream {label} sent no answer or progress for {method} within {timeout:g}s "
+                "(call timeout); the request was cancelled",
+                data={GUARD_FAULT: "timeout"},
+            )
+        if method == "tools/list" and getattr(params, "cursor", None) is None:
+            link.note_tools(result.get("tools"))
+        return for_era(ctx, result)
+
+    async def connect_first(self, ctx: Context, call_next: CallNext) -> HandlerResult:
+        """Middleware: connect upstreams on the first request, as the client it came from."""
+        self.downstream.session = ctx.session
+        if ctx.request_id is not None and ctx.method != "initialize":
+            self.downstream.in_flight[ctx.request_id] = ctx.session
+            try:
+                return await self._connected_call(ctx, call_next)
+            finally:
+                self.downstream.in_flight.pop(ctx.request_id, None)
+        return await self._connected_call(ctx, call_next)
+
+    async def _connected_call(self, ctx: Context, call_next: CallNext) -> HandlerResult:
+        if not self._connected:
+            if ctx.method == "ping":
+                return {}  # nothing to connect for: a ping is answered here
+            client_info, capabilities = client_identity(ctx)
+            for link in self.links.values():
+                try:
+                    await link.connect(client_info, capabilities)
+                except UpstreamGoneError as exc:
+                    if self.single is not None:
+                        raise MCPError(types.INTERNAL_ERROR, str(exc)) from exc
+                    logger.warning("upstream %r is not available: %s", link.name, exc)
+            self._connected = True
+            self.server.adopt_identity()
+        return await call_next(ctx)
+
+    async def call_tool(self, ctx: Context, params: types.CallToolRequestParams) -> dict[str, Any]:
+        """The guarded method: judged before it is forwarded, its result judged before it is returned.
+
+        Raises:
+            MCPError: an unknown tool, or the upstream's own JSON-RPC error.
+        """
+        route = await self.aggregate.tool_route(ctx, params.name)
+        if route is None:
+            raise MCPError(types.INVALID_PARAMS, f"Unknown tool: {params.name}")
+        server, upstream_name = route
+        judge = await self.judge_of(ctx)
+        annotations = await self.aggregate.annotations(ctx, server, upstream_name)
+        decision = await judge.begin(server, params.name, upstream_name, params.arguments, annotations=annotations)
+        if isinstance(decision, Refusal):
+            if decision.abort:
+                self.on_abort(ctx, decision.verdict)
+            return for_era(ctx, decision.result)
+        forwarded = params if upstream_name == params.name else params.model_copy(update={"name": upstream_name})
+        try:
+            result = await self.relay(ctx, server, "tools/call", forwarded)
+        except MCPError as exc:
+            if isinstance(exc.error.data, dict) and GUARD_FAULT in exc.error.data:
+                # A failure the guard saw (upstream gone, timeout, oversized or malformed answer):
+                # the model gets a tool error it can act on, not a protocol error.
+                await judge.dropped(decision)
+                logger.warning("tools/call %r failed: %s", params.name, exc.error.message)
+                return for_era(ctx, failed(exc.error.message))
+            await judge.failed(decision, exc.error.model_dump(mode="json", exclude_none=True))
+            raise
+        except BaseException:
+            with anyio.CancelScope(shield=True):
+                await judge.dropped(decision)
+            raise
+        changed = await judge.finish(decision, result)
+        return for_era(ctx, changed) if changed is not None else result
