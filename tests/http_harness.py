@@ -178,7 +178,11 @@ class PortTakenError(Exception):
 
 
 async def wait_answering(
-    url: str, process: anyio.abc.Process, output: Callable[[], str], accept: Callable[[int], bool] | None
+    url: str,
+    process: anyio.abc.Process,
+    output: Callable[[], str],
+    accept: Callable[[int], bool] | None,
+    start_limit: float = START_LIMIT,
 ) -> None:
     """Polls url until the server answers with an accepted status; fails at once if its process exits.
 
@@ -190,7 +194,7 @@ async def wait_answering(
     """
     port = int(url.split("://", 1)[1].split("/", 1)[0].rsplit(":", 1)[1])
     async with httpx2.AsyncClient(timeout=2) as client:
-        with anyio.fail_after(START_LIMIT):
+        with anyio.fail_after(start_limit):
             while True:
                 if process.returncode is not None:
                     text = output()
@@ -263,6 +267,7 @@ async def run_server(
     ready_path: str = "/healthz",
     accept: Callable[[int], bool] | None = lambda status: status == 200,
     attempts: int = 3,
+    start_limit: float = START_LIMIT,
 ) -> AsyncIterator[ServerProcess]:
     """Starts a server on a free port and waits until it answers; stops it and its children on exit.
 
@@ -285,7 +290,7 @@ async def run_server(
             )
         server = ServerProcess(process=process, port=port, stderr=stderr, marker=marker)
         try:
-            await wait_answering(server.url(ready_path), server.process, server.stderr_text, accept)
+            await wait_answering(server.url(ready_path), server.process, server.stderr_text, accept, start_limit)
         except PortTakenError:
             await stop_server(server)
             if attempt == attempts:
@@ -315,10 +320,12 @@ def serve_guard(
     env: Mapping[str, str] | None = None,
     transport: Transport = "http",
     nofile: int | None = None,
+    start_limit: float = START_LIMIT,
 ) -> AbstractAsyncContextManager[ServerProcess]:
     """Runs the guard over HTTP in front of the given upstreams (``--config F``, ``-- CMD ...``).
 
-    ``nofile`` lowers its limit of open files (``RLIMIT_NOFILE``) to that many.
+    ``nofile`` lowers its limit of open files (``RLIMIT_NOFILE``) to that many; ``start_limit``
+    is how long it may take to answer ``/healthz``.
     """
 
     def launch(port: int) -> tuple[Sequence[str], Mapping[str, str]]:
@@ -327,7 +334,7 @@ def serve_guard(
             argv = [*fixture_command("with_nofile", str(nofile), "--"), *argv]
         return argv, dict(env or {})
 
-    return run_server(launch, marker=marker, stderr=stderr)
+    return run_server(launch, marker=marker, stderr=stderr, start_limit=start_limit)
 
 
 def serve_raw_http(mode: str, *, marker: str, stderr: Path) -> AbstractAsyncContextManager[ServerProcess]:
@@ -555,10 +562,17 @@ class Rig:
         env: Mapping[str, str] | None = None,
         transport: Transport = "http",
         nofile: int | None = None,
+        start_limit: float = START_LIMIT,
     ) -> AbstractAsyncContextManager[ServerProcess]:
         """The guard serving HTTP (or SSE) in front of the upstreams args name."""
         return serve_guard(
-            args, marker=self.marker, stderr=self.log("guard"), env=env, transport=transport, nofile=nofile
+            args,
+            marker=self.marker,
+            stderr=self.log("guard"),
+            env=env,
+            transport=transport,
+            nofile=nofile,
+            start_limit=start_limit,
         )
 
     def raw_http(self, mode: str) -> AbstractAsyncContextManager[ServerProcess]:
