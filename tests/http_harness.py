@@ -362,7 +362,9 @@ def serve_everything_http(*, marker: str, stderr: Path) -> AbstractAsyncContextM
 # --- plain HTTP ------------------------------------------------------------------------------
 
 
-def initialize_body(client_name: str = "mcp-loop-guard-e2e") -> dict[str, Any]:
+def initialize_body(
+    client_name: str = "mcp-loop-guard-e2e", capabilities: Mapping[str, Any] | None = None
+) -> dict[str, Any]:
     """A JSON-RPC initialize request of the 2025-11-25 handshake."""
     return {
         "jsonrpc": "2.0",
@@ -370,7 +372,7 @@ def initialize_body(client_name: str = "mcp-loop-guard-e2e") -> dict[str, Any]:
         "method": "initialize",
         "params": {
             "protocolVersion": HANDSHAKE_VERSION,
-            "capabilities": {},
+            "capabilities": dict(capabilities or {}),
             "clientInfo": {"name": client_name, "version": "0"},
         },
     }
@@ -437,9 +439,11 @@ async def raw_call(
     )
 
 
-async def raw_session(url: str, headers: Mapping[str, str] | None = None) -> dict[str, str]:
+async def raw_session(
+    url: str, headers: Mapping[str, str] | None = None, capabilities: Mapping[str, Any] | None = None
+) -> dict[str, str]:
     """A stateful session opened with bare POSTs (initialize, then initialized); the headers its requests need."""
-    opened = await http_post(url, initialize_body(), headers)
+    opened = await http_post(url, initialize_body(capabilities=capabilities), headers)
     assert opened.status_code == 200, opened.text
     session = {SESSION_HEADER: opened.headers[SESSION_HEADER], "Mcp-Protocol-Version": HANDSHAKE_VERSION}
     session |= dict(headers or {})
