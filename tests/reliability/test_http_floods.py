@@ -44,7 +44,8 @@ async def test_unanswered_server_requests_are_bounded(rig: Rig) -> None:
         peak = before
         relayed = 0
         answer: dict[str, Any] | None = None
-        body = json.dumps(tool_call_body("flood_requests", {"count": FLOOD, "within": 15}, 5))
+        flood = {"count": FLOOD, "within": 15, "enough": FLOOD - MAX_PENDING}
+        body = json.dumps(tool_call_body("flood_requests", flood, 5))
         with anyio.fail_after(60):
             async with (
                 httpx2.AsyncClient(timeout=httpx2.Timeout(10, read=60)) as client,
