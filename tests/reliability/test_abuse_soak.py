@@ -315,9 +315,9 @@ async def hostile(number: int, targets: list[Target], figures: Figures) -> None:
         elif kind == "silent body":
             figures.hostile[f"{kind}: {await dribble(target.server.port, SILENT_BODY_HEAD, 0.0, 15)}"] += 1
         else:
-            label, headers, body = choose.choice(MALFORMED)
+            label, malformed_headers, body = choose.choice(MALFORMED)
             async with httpx2.AsyncClient(timeout=10) as client:
-                response = await client.post(target.server.mcp_url, content=body, headers=dict(headers))
+                response = await client.post(target.server.mcp_url, content=body, headers=dict(malformed_headers))
             figures.hostile[f"{label}: {response.status_code}"] += 1
     except (httpx2.HTTPError, OSError) as exc:
         figures.hostile[f"{kind}: {type(exc).__name__}"] += 1
@@ -376,12 +376,16 @@ async def kill_upstreams(targets: list[Target], figures: Figures, started: float
                     child.send_signal(signal.SIGKILL)
                 windows.append((window, target))
             for window, target in windows:
+
+                async def up(target: Target = target) -> bool:
+                    return await ready(client, target)
+
                 # /readyz may still say ready for a moment after the kill: see it go down first (or not, if
                 # the restart was quicker than a look), then come back.
                 with anyio.move_on_after(3):
-                    await poll(lambda target=target: ready(client, target), lambda up: not up, 0.05)
+                    await poll(up, lambda ok: not ok, 0.05)
                 with anyio.move_on_after(max(5.0, until - anyio.current_time())):
-                    await poll(lambda target=target: ready(client, target), lambda up: up, 0.25)
+                    await poll(up, lambda ok: ok, 0.25)
                     window.end = anyio.current_time() - started
 
 
@@ -416,7 +420,7 @@ def report(figures: Figures, targets: list[Target]) -> str:
         f"hostile outcomes: {dict(sorted(figures.hostile.items()))}",
         "restart windows: "
         + ", ".join(
-            f"{w.guard} {w.start:.1f}-{'never' if w.end is None else f'{w.end:.1f}'}s" for w in figures.windows
+            f"{w.guard} {w.start:.1f}s to {'never' if w.end is None else f'{w.end:.1f}s'}" for w in figures.windows
         ),
     ]
     for target in targets:

@@ -12,7 +12,7 @@ clients are still served.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from contextlib import suppress
 from pathlib import Path
 
@@ -60,7 +60,7 @@ async def keyed_echo(guard: ServerProcess, key: str, headers: Mapping[str, str] 
 
 
 async def slow_calls_in_flight(
-    guard: ServerProcess, line_log: Path, tg: anyio.abc.TaskGroup, headers: list[Mapping[str, str]]
+    guard: ServerProcess, line_log: Path, tg: anyio.abc.TaskGroup, headers: Sequence[Mapping[str, str]]
 ) -> None:
     """Starts one ``slow`` call per header set (a key or a session) and returns once the upstream has them all."""
 
