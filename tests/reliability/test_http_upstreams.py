@@ -154,18 +154,15 @@ async def test_silent_http_upstream_does_not_hold_up_new_sessions(rig: Rig) -> N
     async with rig.raw_http("silent") as silent:
         config = rig.config({"time": time_entry(), "r": {"type": "http", "url": silent.mcp_url}})
         async with rig.guard(["--config", str(config)], start_limit=120) as guard:
-            started = anyio.current_time()
             try:
                 with anyio.fail_after(20):
                     async with open_http_session(guard.mcp_url) as client:
-                        opened = anyio.current_time() - started
                         listed = tool_names(await client.session.list_tools())
                         now = await client.session.call_tool(NOW, {"timezone": "UTC"})
             except TimeoutError:
                 pytest.fail("a new session was not served within 20 s while an upstream never answers")
             await guard.stays_up(0.5)
 
-    assert opened < 20
     assert NOW in listed, listed
     assert not now.is_error, texts(now)
 
