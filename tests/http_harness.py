@@ -146,9 +146,10 @@ class ServerProcess:
         """Resident memory of the server process itself, in bytes."""
         return int(psutil.Process(self.process.pid).memory_info().rss)
 
-    def open_sockets(self) -> int:
-        """How many sockets the server process holds open."""
-        return len(psutil.Process(self.process.pid).net_connections(kind="inet"))
+    def client_connections(self) -> int:
+        """Client connections the server holds open on its port."""
+        connections = psutil.Process(self.process.pid).net_connections(kind="tcp")
+        return sum(1 for c in connections if c.status == psutil.CONN_ESTABLISHED and c.laddr.port == self.port)
 
     async def wait_exit(self, within: float) -> int:
         """Waits up to ``within`` seconds for the server to exit; returns its exit status."""

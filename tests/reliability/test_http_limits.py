@@ -19,7 +19,6 @@ from pathlib import Path
 import anyio
 import anyio.abc
 import httpx2
-import psutil
 import pytest
 
 from tests.harness import eventually, fixture_command
@@ -273,12 +272,6 @@ async def hold_slow_sockets(port: int, count: int, tg: anyio.abc.TaskGroup) -> N
         tg.start_soon(dribble)
 
 
-def established(guard: ServerProcess) -> int:
-    """Client connections the guard holds open on its port."""
-    connections = psutil.Process(guard.process.pid).net_connections(kind="tcp")
-    return sum(1 for c in connections if c.status == psutil.CONN_ESTABLISHED and c.laddr.port == guard.port)
-
-
 async def served_promptly(guard: ServerProcess) -> str:
     """What /healthz and a normal client's initialize got, each allowed 10 s: ``"200 200"`` when both were served."""
     try:
@@ -298,8 +291,8 @@ async def test_excess_connections_are_shed(rig: Rig) -> None:
         await hold_slow_sockets(guard.port, 20, tg)
         served = await served_promptly(guard)
         with anyio.move_on_after(10):
-            await eventually(lambda: established(guard) <= 10, interval=0.2)
-        held = established(guard)
+            await eventually(lambda: guard.client_connections() <= 10, interval=0.2)
+        held = guard.client_connections()
         tg.cancel_scope.cancel()
 
     assert served == "200 200", f"/healthz and initialize with 20 slow sockets open: {served}"
