@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from tests.harness import BIN_DIR, NODE_DIR, Connector, CountingUpstream, fixture_command, kill_marked
+from tests.http_harness import Rig
 
 
 @pytest.fixture
@@ -92,3 +93,11 @@ def connect(tmp_path: Path, process_marker: str) -> Iterator[Connector]:
     connector = Connector(tmp_path, process_marker)
     yield connector
     connector.report()
+
+
+@pytest.fixture
+def rig(tmp_path: Path, process_marker: str) -> Iterator[Rig]:
+    """The test's servers over HTTP; their output is shown when it fails."""
+    rig = Rig(tmp_path, process_marker)
+    yield rig
+    rig.report()

@@ -28,7 +28,16 @@ from mcp.client.sse import sse_client
 from mcp.client.streamable_http import streamable_http_client
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.harness import BIN_DIR, NODE_DIR, Callbacks, describe, server_environment
+from tests.harness import (
+    BIN_DIR,
+    NODE_DIR,
+    VERDICT_KEY,
+    Callbacks,
+    describe,
+    exit_status,
+    fixture_command,
+    server_environment,
+)
 
 EVERYTHING_BIN = NODE_DIR / "node_modules" / ".bin" / "mcp-server-everything"
 TIME_BIN = BIN_DIR / "mcp-server-time"
@@ -129,6 +138,31 @@ class ServerProcess:
             return []
         return [child for child in found if running(child)]
 
+    def stderr_tail(self, lines: int = 30) -> str:
+        """The last lines of the process's output, for assertion messages."""
+        return "\n".join(self.stderr_text().splitlines()[-lines:])
+
+    def rss(self) -> int:
+        """Resident memory of the server process itself, in bytes."""
+        return int(psutil.Process(self.process.pid).memory_info().rss)
+
+    def client_connections(self) -> int:
+        """Client connections the server holds open on its port."""
+        connections = psutil.Process(self.process.pid).net_connections(kind="tcp")
+        return sum(1 for c in connections if c.status == psutil.CONN_ESTABLISHED and c.laddr.port == self.port)
+
+    async def wait_exit(self, within: float) -> int:
+        """Waits up to ``within`` seconds for the server to exit; returns its exit status."""
+        with anyio.fail_after(within):
+            return await exit_status(self.process)
+
+    async def stays_up(self, seconds: float) -> None:
+        """Watches the process for a while (the time something inside it needs to happen); fails if it exits."""
+        with anyio.move_on_after(seconds):
+            await exit_status(self.process)
+        code = self.process.returncode
+        assert code is None, f"exited with status {code}:\n{self.stderr_tail()}"
+
     def child(self, name: str) -> psutil.Process:
         """The one live descendant whose command line mentions name (an executable or a script)."""
         matches: list[psutil.Process] = []
@@ -145,15 +179,23 @@ class PortTakenError(Exception):
 
 
 async def wait_answering(
-    url: str, process: anyio.abc.Process, output: Callable[[], str], accept: Callable[[int], bool]
+    url: str,
+    process: anyio.abc.Process,
+    output: Callable[[], str],
+    accept: Callable[[int], bool] | None,
+    start_limit: float = START_LIMIT,
 ) -> None:
     """Polls url until the server answers with an accepted status; fails at once if its process exits.
+
+    With ``accept`` None, a TCP connection to the url's port is enough (for a server that
+    never answers HTTP).
 
     Raises:
         PortTakenError: the process exited because another one took its port first.
     """
+    port = int(url.split("://", 1)[1].split("/", 1)[0].rsplit(":", 1)[1])
     async with httpx2.AsyncClient(timeout=2) as client:
-        with anyio.fail_after(START_LIMIT):
+        with anyio.fail_after(start_limit):
             while True:
                 if process.returncode is not None:
                     text = output()
@@ -161,10 +203,16 @@ async def wait_answering(
                         raise PortTakenError(text)
                     msg = f"exited with status {process.returncode} before serving:\n{text}"
                     raise AssertionError(msg)
-                with suppress(httpx2.TransportError):
-                    response = await client.get(url)
-                    if accept(response.status_code):
+                if accept is None:
+                    with suppress(OSError):
+                        stream = await anyio.connect_tcp(LOCALHOST, port)
+                        await stream.aclose()
                         return
+                else:
+                    with suppress(httpx2.TransportError):
+                        response = await client.get(url)
+                        if accept(response.status_code):
+                            return
                 await anyio.sleep(POLL_INTERVAL)
 
 
@@ -218,10 +266,13 @@ async def run_server(
     marker: str,
     stderr: Path,
     ready_path: str = "/healthz",
-    accept: Callable[[int], bool] = lambda status: status == 200,
+    accept: Callable[[int], bool] | None = lambda status: status == 200,
     attempts: int = 3,
+    start_limit: float = START_LIMIT,
 ) -> AsyncIterator[ServerProcess]:
     """Starts a server on a free port and waits until it answers; stops it and its children on exit.
+
+    With ``accept`` None the server is ready once its port takes a TCP connection.
 
     The port is picked just before the start, so another process may take it first: the
     server is then started again on another port, up to ``attempts`` times.
@@ -240,7 +291,7 @@ async def run_server(
             )
         server = ServerProcess(process=process, port=port, stderr=stderr, marker=marker)
         try:
-            await wait_answering(server.url(ready_path), server.process, server.stderr_text, accept)
+            await wait_answering(server.url(ready_path), server.process, server.stderr_text, accept, start_limit)
         except PortTakenError:
             await stop_server(server)
             if attempt == attempts:
@@ -269,12 +320,32 @@ def serve_guard(
     stderr: Path,
     env: Mapping[str, str] | None = None,
     transport: Transport = "http",
+    nofile: int | None = None,
+    start_limit: float = START_LIMIT,
 ) -> AbstractAsyncContextManager[ServerProcess]:
-    """Runs the guard over HTTP in front of the given upstreams (``--config F``, ``-- CMD ...``)."""
+    """Runs the guard over HTTP in front of the given upstreams (``--config F``, ``-- CMD ...``).
+
+    ``nofile`` lowers its limit of open files (``RLIMIT_NOFILE``) to that many; ``start_limit``
+    is how long it may take to answer ``/healthz``.
+    """
+
+    def launch(port: int) -> tuple[Sequence[str], Mapping[str, str]]:
+        argv = guard_http_argv(port, args, transport)
+        if nofile is not None:
+            argv = [*fixture_command("with_nofile", str(nofile), "--"), *argv]
+        return argv, dict(env or {})
+
+    return run_server(launch, marker=marker, stderr=stderr, start_limit=start_limit)
+
+
+def serve_raw_http(mode: str, *, marker: str, stderr: Path) -> AbstractAsyncContextManager[ServerProcess]:
+    """Runs the raw HTTP fixture (``status:N`` or ``silent``); ready once it takes connections."""
     return run_server(
-        lambda port: (guard_http_argv(port, args, transport), dict(env or {})),
+        lambda port: (fixture_command("raw_http_server", str(port), mode), {}),
         marker=marker,
         stderr=stderr,
+        ready_path="/mcp",
+        accept=None,
     )
 
 
@@ -292,7 +363,9 @@ def serve_everything_http(*, marker: str, stderr: Path) -> AbstractAsyncContextM
 # --- plain HTTP ------------------------------------------------------------------------------
 
 
-def initialize_body(client_name: str = "mcp-loop-guard-e2e") -> dict[str, Any]:
+def initialize_body(
+    client_name: str = "mcp-loop-guard-e2e", capabilities: Mapping[str, Any] | None = None
+) -> dict[str, Any]:
     """A JSON-RPC initialize request of the 2025-11-25 handshake."""
     return {
         "jsonrpc": "2.0",
@@ -300,7 +373,7 @@ def initialize_body(client_name: str = "mcp-loop-guard-e2e") -> dict[str, Any]:
         "method": "initialize",
         "params": {
             "protocolVersion": HANDSHAKE_VERSION,
-            "capabilities": {},
+            "capabilities": dict(capabilities or {}),
             "clientInfo": {"name": client_name, "version": "0"},
         },
     }
@@ -342,6 +415,42 @@ def jsonrpc_payloads(response: httpx2.Response) -> list[dict[str, Any]]:
         ]
     payload = response.json()
     return payload if isinstance(payload, list) else [payload]
+
+
+def payload_for(response: httpx2.Response, request_id: object) -> dict[str, Any]:
+    """The JSON-RPC response to the request with this id in an HTTP response; fails when there is none."""
+    found = [message for message in jsonrpc_payloads(response) if message.get("id") == request_id]
+    assert len(found) == 1, (response.status_code, response.text[:2000])
+    return found[0]
+
+
+def payload_verdict(message: Mapping[str, Any]) -> str | None:
+    """The guard's verdict action on a raw tools/call response, None where it added none."""
+    meta = (message.get("result") or {}).get("_meta") or {}
+    found = meta.get(VERDICT_KEY)
+    return found["action"] if isinstance(found, Mapping) else None
+
+
+async def raw_call(
+    url: str, name: str, arguments: Mapping[str, Any], headers: Mapping[str, str] | None = None, request_id: int = 1
+) -> httpx2.Response:
+    """One tools/call as a bare POST without an MCP session (stateless mode, or keyed by a header)."""
+    return await http_post(
+        url, tool_call_body(name, arguments, request_id), {"Mcp-Protocol-Version": HANDSHAKE_VERSION, **(headers or {})}
+    )
+
+
+async def raw_session(
+    url: str, headers: Mapping[str, str] | None = None, capabilities: Mapping[str, Any] | None = None
+) -> dict[str, str]:
+    """A stateful session opened with bare POSTs (initialize, then initialized); the headers its requests need."""
+    opened = await http_post(url, initialize_body(capabilities=capabilities), headers)
+    assert opened.status_code == 200, opened.text
+    session = {SESSION_HEADER: opened.headers[SESSION_HEADER], "Mcp-Protocol-Version": HANDSHAKE_VERSION}
+    session |= dict(headers or {})
+    initialized = await http_post(url, {"jsonrpc": "2.0", "method": "notifications/initialized"}, session)
+    assert initialized.status_code == 202, initialized.text
+    return session
 
 
 async def poll(probe: Callable[[], Awaitable[T]], done: Callable[[T], bool], interval: float = POLL_INTERVAL) -> T:
@@ -452,10 +561,28 @@ class Rig:
         return write_config(self.directory / f"mcp-{len(self.logs)}.json", servers, loop_guard)
 
     def guard(
-        self, args: Sequence[str], *, env: Mapping[str, str] | None = None, transport: Transport = "http"
+        self,
+        args: Sequence[str],
+        *,
+        env: Mapping[str, str] | None = None,
+        transport: Transport = "http",
+        nofile: int | None = None,
+        start_limit: float = START_LIMIT,
     ) -> AbstractAsyncContextManager[ServerProcess]:
         """The guard serving HTTP (or SSE) in front of the upstreams args name."""
-        return serve_guard(args, marker=self.marker, stderr=self.log("guard"), env=env, transport=transport)
+        return serve_guard(
+            args,
+            marker=self.marker,
+            stderr=self.log("guard"),
+            env=env,
+            transport=transport,
+            nofile=nofile,
+            start_limit=start_limit,
+        )
+
+    def raw_http(self, mode: str) -> AbstractAsyncContextManager[ServerProcess]:
+        """The raw HTTP fixture: ``status:N`` answers N to everything, ``silent`` never answers."""
+        return serve_raw_http(mode, marker=self.marker, stderr=self.log(f"raw-http-{mode.replace(':', '-')}"))
 
     def everything_http(self) -> AbstractAsyncContextManager[ServerProcess]:
         """server-everything in its own streamable HTTP mode."""

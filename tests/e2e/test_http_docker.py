@@ -13,7 +13,7 @@ import os
 import re
 import shutil
 import subprocess
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import anyio
@@ -27,14 +27,6 @@ pytestmark = [pytest.mark.e2e, pytest.mark.anyio]
 DOCKERFILE = REPO_ROOT / "Dockerfile"
 IMAGE_CONFIG = "/config/mcp.json"
 IMAGE_PORT = "8080"
-
-
-@pytest.fixture
-def rig(tmp_path: Path, process_marker: str) -> Iterator[Rig]:
-    """The test's servers; their output is shown when it fails."""
-    rig = Rig(tmp_path, process_marker)
-    yield rig
-    rig.report()
 
 
 def instructions(dockerfile: Path) -> list[tuple[str, str]]:

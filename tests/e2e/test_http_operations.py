@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import signal
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -25,14 +24,6 @@ from tests.http_harness import (
 )
 
 pytestmark = [pytest.mark.e2e, pytest.mark.anyio]
-
-
-@pytest.fixture
-def rig(tmp_path: Path, process_marker: str) -> Iterator[Rig]:
-    """The test's servers; their output is shown when it fails."""
-    rig = Rig(tmp_path, process_marker)
-    yield rig
-    rig.report()
 
 
 def stdio_config(rig: Rig) -> Path:

@@ -7,8 +7,6 @@ from __future__ import annotations
 
 import base64
 import json
-from collections.abc import Iterator
-from pathlib import Path
 
 import anyio
 import pytest
@@ -95,14 +93,6 @@ async def test_log_contents_logs_values_and_warns_at_start(raw_guard: RawConnect
     assert "unsafe" in warnings[0], warnings
     assert SENSITIVE_CAPTION in stderr
     assert _image_data(image)[:40] in stderr
-
-
-@pytest.fixture
-def rig(tmp_path: Path, process_marker: str) -> Iterator[Rig]:
-    """The HTTP test's servers; their output is shown when it fails."""
-    rig = Rig(tmp_path, process_marker)
-    yield rig
-    rig.report()
 
 
 async def test_metrics_and_http_logs_hold_only_names(rig: Rig, counting: CountingUpstream) -> None:

@@ -6,7 +6,6 @@ In HTTP mode a supervisor restarts a shared stdio upstream and /readyz shows it.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -119,14 +118,6 @@ async def test_restart_after_backoff_keeps_loop_state_and_announces_new_tools(
     names_after = {tool["name"] for tool in listed_after["result"]["tools"]}
     assert names_before - names_after == {"generation_1"}
     assert names_after - names_before == {"generation_2"}
-
-
-@pytest.fixture
-def rig(tmp_path: Path, process_marker: str) -> Iterator[Rig]:
-    """The HTTP test's servers; their output is shown when it fails."""
-    rig = Rig(tmp_path, process_marker)
-    yield rig
-    rig.report()
 
 
 async def test_http_supervisor_restarts_a_shared_upstream(rig: Rig, starts: Path) -> None:

@@ -1,0 +1,135 @@
+"""Loop states kept for requests without an MCP session expire, and shutdown closes them, without the guard crashing.
+
+Requests without a session (``--stateless``, or any request naming the 2026-07-28
+protocol) get a loop state keyed by ``X-Loop-Guard-Key`` (or the client's address). It
+expires after ``LOOP_GUARD_SESSION_IDLE_SECONDS`` and is closed at shutdown; neither may
+take the guard down or print a traceback.
+"""
+
+from __future__ import annotations
+
+import signal
+
+import anyio
+import httpx2
+import pytest
+
+from tests.http_harness import (
+    KEY_HEADER,
+    MCP_POST_HEADERS,
+    MODERN_VERSION,
+    TIME_BIN,
+    Rig,
+    ServerProcess,
+    http_get,
+    http_post,
+    initialize_body,
+    open_http_session,
+    payload_for,
+    payload_verdict,
+    raw_call,
+    tool_names,
+)
+
+pytestmark = [pytest.mark.e2e, pytest.mark.anyio]
+
+TIME_ARGS = ["--", str(TIME_BIN), "--local-timezone", "UTC"]
+CONVERT = {"source_timezone": "UTC", "time": "12:00", "target_timezone": "Europe/Paris"}
+"""Arguments whose result never changes, so repeating them builds a streak."""
+IDLE_SECONDS = 1
+EXPIRY_WAIT = 5.0
+"""Long enough for a keyed state idle for IDLE_SECONDS to be swept (sweeps run every IDLE_SECONDS)."""
+SIGTERM_STATUS = 128 + signal.SIGTERM
+
+
+async def keyed_convert(guard: ServerProcess, key: str) -> str | None:
+    """One convert_time call under a key, without a session; its verdict action."""
+    with anyio.fail_after(10):
+        response = await raw_call(guard.mcp_url, "convert_time", CONVERT, {KEY_HEADER: key})
+    assert response.status_code == 200, response.text
+    message = payload_for(response, 1)
+    assert "result" in message, message
+    return payload_verdict(message)
+
+
+async def test_stateless_keyed_state_expires_and_the_guard_keeps_serving(rig: Rig) -> None:
+    """--stateless: a key idle past LOOP_GUARD_SESSION_IDLE_SECONDS is forgotten; the guard stays up and serves it."""
+    env = {"LOOP_GUARD_SESSION_IDLE_SECONDS": str(IDLE_SECONDS)}
+    async with rig.guard(["--stateless", *TIME_ARGS], env=env) as guard:
+        before = [await keyed_convert(guard, "agent-1") for _ in range(2)]
+        await guard.stays_up(EXPIRY_WAIT)
+        with anyio.fail_after(10):
+            health = await http_get(guard.url("/healthz"))
+        after = await keyed_convert(guard, "agent-1")
+        await guard.stays_up(0.5)
+
+    assert before == [None, None]
+    assert health.status_code == 200
+    assert after is None, "the third identical call was judged against state that should have expired"
+    assert "Traceback" not in guard.stderr_text(), guard.stderr_tail()
+
+
+async def test_modern_request_state_expires_in_stateful_mode(rig: Rig) -> None:
+    """Stateful mode: one request naming MCP-Protocol-Version 2026-07-28 leaves keyed state whose expiry is harmless."""
+    env = {"LOOP_GUARD_SESSION_IDLE_SECONDS": str(IDLE_SECONDS)}
+    async with rig.guard(TIME_ARGS, env=env) as guard:
+        with anyio.fail_after(10):
+            modern = await http_post(
+                guard.mcp_url,
+                {"jsonrpc": "2.0", "id": 1, "method": "ping"},
+                {"Mcp-Protocol-Version": MODERN_VERSION, KEY_HEADER: "modern-agent"},
+            )
+        await guard.stays_up(EXPIRY_WAIT)
+        with anyio.fail_after(20):
+            health = await http_get(guard.url("/healthz"))
+            opened = await http_post(guard.mcp_url, initialize_body())
+        assert opened.status_code == 200, f"a new session after the expiry: {opened.status_code} {opened.text}"
+        with anyio.fail_after(20):
+            async with open_http_session(guard.mcp_url) as client:
+                listed = tool_names(await client.session.list_tools())
+        await guard.stays_up(0.5)
+
+    assert modern.status_code < 500, modern.text
+    assert health.status_code == 200
+    assert "convert_time" in listed
+    assert "Traceback" not in guard.stderr_text(), guard.stderr_tail()
+
+
+async def test_sigterm_with_keyed_state_exits_cleanly(rig: Rig) -> None:
+    """SIGTERM while keyed loop states exist: exit status 143 within a few seconds and no traceback."""
+    async with rig.guard(["--stateless", *TIME_ARGS]) as guard:
+        for key in ("agent-1", "agent-2"):
+            await keyed_convert(guard, key)
+        guard.process.send_signal(signal.SIGTERM)
+        status = await guard.wait_exit(5)
+
+    assert status == SIGTERM_STATUS, guard.stderr_tail()
+    assert "Traceback" not in guard.stderr_text(), guard.stderr_tail()
+
+
+async def test_sigterm_after_thousands_of_keys_exits_promptly(rig: Rig) -> None:
+    """After 2,000 distinct X-Loop-Guard-Key values, SIGTERM still ends the guard within 10 s, without a traceback."""
+    keys = 2000
+    async with rig.guard(["--stateless", *TIME_ARGS]) as guard:
+        limiter = anyio.Semaphore(16)
+        statuses: list[int] = []
+
+        async def ping(client: httpx2.AsyncClient, n: int) -> None:
+            async with limiter:
+                response = await client.post(
+                    guard.mcp_url,
+                    json={"jsonrpc": "2.0", "id": n, "method": "ping"},
+                    headers=MCP_POST_HEADERS | {KEY_HEADER: f"flood-{n}"},
+                )
+                statuses.append(response.status_code)
+
+        with anyio.fail_after(120):
+            async with httpx2.AsyncClient(timeout=30) as client, anyio.create_task_group() as tg:
+                for n in range(keys):
+                    tg.start_soon(ping, client, n)
+        guard.process.send_signal(signal.SIGTERM)
+        status = await guard.wait_exit(10)
+
+    assert statuses.count(200) == keys, sorted(set(statuses))
+    assert status == SIGTERM_STATUS, guard.stderr_tail()
+    assert "Traceback" not in guard.stderr_text(), guard.stderr_tail()
