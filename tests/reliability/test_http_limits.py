@@ -84,8 +84,10 @@ async def slow_calls_in_flight(
 
 
 async def test_max_keys_evicts_the_least_recently_used_key(rig: Rig) -> None:
-    """MAX_KEYS=3: a 4th key evicts the least recently used one, whose loop state starts over; others keep theirs."""
-    async with rig.guard(["--stateless", *ERRORING], env={"LOOP_GUARD_MAX_KEYS": "3"}) as guard:
+    """MAX_KEYS=3: a 4th key evicts the least recently used one from memory; with the in-memory store its loop
+    state goes with it (a persistent store would keep it), while the others keep theirs."""
+    env = {"LOOP_GUARD_MAX_KEYS": "3", "LOOP_GUARD_STATE": "memory"}
+    async with rig.guard(["--stateless", *ERRORING], env=env) as guard:
         for key in ("k1", "k2", "k3"):
             assert [await keyed_echo(guard, key) for _ in range(2)] == [None, None]
         fourth = await keyed_echo(guard, "k4")

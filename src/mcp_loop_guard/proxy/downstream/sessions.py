@@ -30,6 +30,8 @@ class SessionFactory:
     slots: list[Slot]
     on_dropped: Callable[[str, str], None] | None = None
     on_listed: Callable[[str, list[str]], None] | None = None
+    owners: dict[str, tuple[str, str]] = field(default_factory=dict)
+    """Exported tool and prompt names -> the (server, name) first given them, guard-wide."""
     live: dict[int, GuardedProxy] = field(default_factory=dict)
     """Open sessions, for change notifications and the active-sessions gauge."""
     _ids: itertools.count[int] = field(default_factory=itertools.count)
@@ -61,7 +63,13 @@ class SessionFactory:
                         await own.prestart()
                     links.append(own)
             proxy = GuardedProxy(
-                links, downstream, judge_of, on_abort, on_dropped=self.on_dropped, on_listed=self.on_listed
+                links,
+                downstream,
+                judge_of,
+                on_abort,
+                on_dropped=self.on_dropped,
+                on_listed=self.on_listed,
+                owners=self.owners,
             )
             self.live[key] = proxy
             stack.callback(self.live.pop, key, None)

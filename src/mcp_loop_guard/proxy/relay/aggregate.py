@@ -19,7 +19,7 @@ from mcp.shared.exceptions import MCPError
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from pydantic import BaseModel
 
-from mcp_loop_guard.proxy.relay.catalog import AmbiguousError, CollisionError, Names, Resources
+from mcp_loop_guard.proxy.relay.catalog import AmbiguousError, CollisionError, Names, Resources, export_name
 from mcp_loop_guard.proxy.relay.tools import ToolFacts
 from mcp_loop_guard.proxy.upstream.links import Link
 
@@ -65,14 +65,17 @@ class Aggregate:
         *,
         on_dropped: Callable[[str, str], None] | None = None,
         on_listed: Callable[[str, list[str]], None] | None = None,
+        owners: dict[str, tuple[str, str]] | None = None,
     ) -> None:
         """``on_dropped(server, tool)``: told when a colliding tool is left out of a list;
-        ``on_listed(server, names)``: told the names of tools a server listed."""
+        ``on_listed(server, names)``: told the names of tools a server listed; ``owners``: exported name ->
+        (server, name) first given it, shared by every session of the guard, so a name keeps its owner."""
         self.links = links
         self.relay = relay
         self.single = next(iter(links.values())) if len(links) == 1 else None
         self.on_dropped = on_dropped
         self.on_listed = on_listed
+        self.owners = owners if owners is not None else {}
         self.tools = Names()
         self.prompts = Names()
         self.resources = Resources()
@@ -165,21 +168,43 @@ class Aggregate:
 
     async def _merged_list(self, ctx: Context, method: str) -> dict[str, Any]:
         key, name_field = _LISTS[method]
-        merged: list[dict[str, Any]] = []
+        names = self.tools if method == "tools/list" else self.prompts if method == "prompts/list" else None
+        previous = {**self.owners, **(names.routes if names is not None else {})}
+        listed: list[tuple[str, list[dict[str, Any]]]] = []
         for server, link in self.links.items():
             self._forget(method, server)
             if not link.available() or not _serves(link, method):
                 continue
             try:
-                items = await self._list_server(ctx, server, method)
+                listed.append((server, await self._list_server(ctx, server, method)))
             except MCPError as exc:
                 logger.warning("listing %s of upstream %r failed: %s", key, server, exc.error.message)
-                continue
-            for item in items:
-                exported = self._export(method, server, item, name_field)
-                if exported is not None:
-                    merged.append(exported)
+        # A name keeps the owner it had: a server that renamed a tool into another's name loses it.
+        order = sorted(
+            ((server, index, item) for server, items in listed for index, item in enumerate(items)),
+            key=lambda entry: (
+                previous.get(_exported(entry[0], entry[2], name_field)) != (entry[0], str(entry[2].get(name_field, "")))
+            ),
+        )
+        exported: dict[tuple[str, int], dict[str, Any]] = {}
+        for server, index, item in order:
+            made = self._export(method, server, item, name_field)
+            if made is not None:
+                exported[(server, index)] = made
+                if names is not None:
+                    self.owners.setdefault(str(made[name_field]), (server, str(item.get(name_field, ""))))
+        for server, _ in listed:
             self._listed(method, server)
+        if method == "resources/list":
+            self.resources.uris_listed = True
+        elif method == "resources/templates/list":
+            self.resources.templates_listed = True
+        merged = [
+            exported[(server, index)]
+            for server, items in listed
+            for index in range(len(items))
+            if (server, index) in exported
+        ]
         return {key: merged}
 
     def _export(self, method: str, server: str, item: dict[str, Any], name_field: str) -> dict[str, Any] | None:
@@ -226,11 +251,11 @@ class Aggregate:
     async def _owner(self, ctx: Context, uri: str) -> str | None:
         with_resources = [s for s, link in self.links.items() if _serves(link, "resources/list")]
         try:
-            server = self.resources.route(uri, with_resources)
-            if server is None:
+            if not self.resources.complete:
+                # Route by what every server listed: a URI listed exactly wins over another's template.
                 await self._merged_list(ctx, "resources/list")
                 await self._merged_list(ctx, "resources/templates/list")
-                server = self.resources.route(uri, with_resources)
+            server = self.resources.route(uri, with_resources)
         except AmbiguousError as exc:
             raise MCPError(types.INVALID_PARAMS, f"Ambiguous resource: {exc}") from exc
         return server
@@ -310,6 +335,10 @@ class Aggregate:
             if link.identity is not None and link.identity.instructions
         ]
         return "\n\n".join(parts) or None
+
+
+def _exported(server: str, item: dict[str, Any], name_field: str) -> str:
+    return export_name(server, str(item.get(name_field, "")))
 
 
 def _serves(link: Link, method: str) -> bool:

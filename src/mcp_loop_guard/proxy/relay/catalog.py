@@ -83,6 +83,13 @@ class Resources:
     uris: dict[str, list[str]] = field(default_factory=dict)
     templates: dict[str, list[str]] = field(default_factory=dict)
     """Literal prefix of a URI template (up to its first ``{``) -> servers."""
+    uris_listed: bool = False
+    templates_listed: bool = False
+
+    @property
+    def complete(self) -> bool:
+        """Both resources and templates have been listed in this session."""
+        return self.uris_listed and self.templates_listed
 
     def add_uri(self, server: str, uri: str) -> None:
         """Record a listed URI."""

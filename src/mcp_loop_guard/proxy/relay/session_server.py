@@ -67,6 +67,7 @@ class GuardedProxy:
         *,
         on_dropped: Callable[[str, str], None] | None = None,
         on_listed: Callable[[str, list[str]], None] | None = None,
+        owners: dict[str, tuple[str, str]] | None = None,
     ) -> None:
         """``on_dropped(server, tool)``: a colliding tool was left out of a list; ``on_listed(server, names)``:
         a server listed these tools (both for metrics)."""
@@ -75,7 +76,7 @@ class GuardedProxy:
         self.downstream = downstream
         self.judge_of = judge_of
         self.on_abort = on_abort
-        self.aggregate = Aggregate(self.links, self.relay, on_dropped=on_dropped, on_listed=on_listed)
+        self.aggregate = Aggregate(self.links, self.relay, on_dropped=on_dropped, on_listed=on_listed, owners=owners)
         self.server = SessionServer(self)
         self._connected = False
 

@@ -171,23 +171,32 @@ class ChildProcess:
                             upstream_logger.info("%s", text, extra={"upstream": self.label})
 
     async def stop(self, *, eof_grace: float = EOF_GRACE, term_grace: float = TERM_GRACE) -> None:
-        """Close stdin, wait a moment, SIGTERM the group, wait, SIGKILL the group. Bounded and shielded."""
+        """Close stdin, wait a moment, SIGTERM the group, wait, SIGKILL the group. Bounded and shielded.
+
+        The child is reaped here (a zombie would still count as a member of its group).
+        """
         with anyio.CancelScope(shield=True):
             self.close_stdin()
-            with anyio.move_on_after(eof_grace):
-                await self.exited.wait()
+            await self._reaped(eof_grace)
             pgid = self.process.pid
             if _signal_group(pgid, signal.SIGTERM):
                 with anyio.move_on_after(term_grace):
-                    while _signal_group(pgid, 0):  # noqa: ASYNC110 - a group's end has no event
+                    while self.process.poll() is None or _signal_group(pgid, 0):  # noqa: ASYNC110 - no event for a group
                         await anyio.sleep(0.02)
                 _signal_group(pgid, signal.SIGKILL)
-            with anyio.move_on_after(term_grace):
-                await self.exited.wait()
+            await self._reaped(term_grace)
             _live.discard(self)
             for fd in (self.from_child.fd, self.from_stderr.fd):
                 with suppress(OSError):
                     os.close(fd)
+
+    async def _reaped(self, limit: float) -> None:
+        """Wait up to ``limit`` seconds for the process to end, reaping it."""
+        with anyio.move_on_after(limit):
+            while self.process.poll() is None:  # noqa: ASYNC110 - polled: reaping is the point
+                await anyio.sleep(0.01)
+        if self.process.returncode is not None:
+            self.exited.set()
 
 
 def _signal_group(pgid: int, sig: int) -> bool:

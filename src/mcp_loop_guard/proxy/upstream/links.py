@@ -133,6 +133,8 @@ class OwnLink:
     def available(self) -> bool:
         if self._upstream is not None:
             return self._upstream.gone_reason() is None
+        if self._slot.supervised and self._slot.status != "ready":
+            return False
         return anyio.current_time() >= self._retry_at
 
     async def prestart(self) -> None:
@@ -202,6 +204,9 @@ class OwnLink:
 
     async def connect(self, client_info: types.Implementation, capabilities: types.ClientCapabilities) -> None:
         self._client = (client_info, capabilities)
+        if self.merged and self._slot.supervised and self._slot.status != "ready":
+            # Its probe says it is down: a new session does not wait on it (it joins once it is back).
+            raise UpstreamGoneError(f"upstream {self.name!r} is {self._slot.status}: {self._slot.reason}")
         async with self._lock:
             try:
                 await self._ensure()

@@ -59,6 +59,8 @@ SHARED_CAPABILITIES = types.ClientCapabilities(
 features (answering with an error for a client that lacks one) but not roots: one server
 process cannot have each client's roots."""
 
+HTTP_HANDSHAKE_TIMEOUT = 15.0
+"""Seconds an HTTP upstream may take to answer initialize (stdio ones get longer: ``npx`` may download)."""
 HEALTH_INTERVAL = 10.0
 """Seconds between pings of an idle HTTP upstream, to notice it went away."""
 
@@ -88,6 +90,10 @@ async def open_upstream(spec: ServerSpec, limits: Limits) -> AsyncIterator[Upstr
         timeout = spec.call_timeout or limits.call_timeout
         if timeout is not None:
             upstream.handshake_timeout = timeout
+        elif isinstance(spec, HttpServer):
+            upstream.handshake_timeout = (
+                HTTP_HANDSHAKE_TIMEOUT  # nothing to download: a server that is up answers at once
+            )
         yield upstream
 
 
@@ -168,6 +174,8 @@ class Slot:
         """The shared connection (shared slots) or the probe (per-session slots), while ready."""
         self.router = SharedRouter(spec.name)
         self.restarts = 0
+        self.supervised = False
+        """A supervisor keeps a connection (or probe) up: its status says whether sessions should try it."""
         self._backoff = backoff or Backoff()
         self._listeners: list[Callable[[Slot, bool], None]] = []
         self._tools_digest: str | None = None
@@ -204,6 +212,7 @@ class Slot:
 
     async def supervise(self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
         """Keep the shared connection (or the probe) up, restarting it with backoff forever."""
+        self.supervised = True
         task_status.started()
         attempt = 1
         while True:

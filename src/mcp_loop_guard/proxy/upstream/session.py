@@ -315,7 +315,7 @@ async def _pump_out(
                         await send.send(message)
 
 
-def _as_session_message(
+def _as_session_message(  # noqa: PLR0911 - one return per kind of line
     line: bytes | Oversized, child: ChildProcess, max_bytes: int
 ) -> tuple[SessionMessage | None, bool]:
     """A line as an SDK message (or the error standing in for it); None with True for junk."""

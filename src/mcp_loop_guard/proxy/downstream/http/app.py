@@ -41,6 +41,8 @@ logger = logging.getLogger(__name__)
 
 START_TIMEOUT = 30.0
 """How long start-up waits for every upstream's first connection attempt."""
+DESCRIPTOR_RESERVE = 64
+"""Open files kept out of the connection cap: upstream pipes and sockets, the state file, logs."""
 GRACEFUL_SECONDS = 5.0
 """After the first signal, how long requests in flight get to finish (they are answered with an error)."""
 
@@ -110,34 +112,57 @@ class _Raw:
         await self.handler(scope, receive, send)
 
 
-async def _watch_signals(server: _Uvicorn, cancel: anyio.CancelScope, received: list[int]) -> None:
+class _Stop:
+    """The guard's stopping: which signals came, and what to stop."""
+
+    def __init__(self) -> None:
+        self.received: list[int] = []
+        self.server: _Uvicorn | None = None
+        self.main = anyio.CancelScope()
+
+
+async def _watch_signals(stop: _Stop) -> None:
+    """The first signal stops serving (calls in flight get an error); a second one cuts the grace short.
+
+    It watches until the very end, so a signal during the upstreams' shutdown is handled too.
+    """
     with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
         async for signum in signals:
-            received.append(signum)
-            if not server.should_exit:
+            stop.received.append(signum)
+            server = stop.server
+            if len(stop.received) == 1 and server is not None:
                 logger.info("received %s; answering calls in flight and stopping", signal.Signals(signum).name)
                 STOPPING.set()
                 server.should_exit = True
-            else:
-                logger.info("received %s again; stopping now", signal.Signals(signum).name)
-                terminate_all_now()
+                continue
+            logger.info("received %s; stopping now", signal.Signals(signum).name)
+            terminate_all_now()
+            if server is not None:
                 server.force_exit = True
-                cancel.cancel()
+            stop.main.cancel()
 
 
 async def run_http(plan: Plan) -> int:
-    """Start every upstream, then serve until a signal says stop."""
+    """Start every upstream, then serve until a signal says stop; 128 + the signal, or 0."""
+    stop = _Stop()
+    async with anyio.create_task_group() as outer:
+        outer.start_soon(_watch_signals, stop)
+        with stop.main:
+            await _serve(plan, stop)
+        outer.cancel_scope.cancel()
+    return 128 + stop.received[0] if stop.received else 0
+
+
+async def _serve(plan: Plan, stop: _Stop) -> None:
     settings = plan.settings
     metrics = Metrics()
     logging.getLogger("asyncio").addFilter(OnceInAWhile())
-    raise_open_file_limit()
+    descriptors = raise_open_file_limit()
     slots = _slots(plan)
     factory = SessionFactory(plan, slots, on_dropped=metrics.dropped, on_listed=metrics.learn)
-    received: list[int] = []
     async with opened_store(plan) as (store, health), opened_events(plan) as events:
         forget: Callable[[str], object] | None = store.forget if isinstance(store, MemoryStore) else None
-        observe = metrics.observer()
-        agents = Agents(plan, store, health, events, observe, limit=settings.max_keys, on_evict=forget)
+        agents = Agents(plan, store, health, events, metrics.observer(), limit=settings.max_keys, on_evict=forget)
         sessions = GuardSessions(
             plan, factory=factory, agents=agents, metrics=metrics, security=security_settings(settings), events=events
         )
@@ -150,23 +175,19 @@ async def run_http(plan: Plan) -> int:
                 await slot.wait_settled(START_TIMEOUT)
                 if slot.status != "ready":
                     logger.warning("upstream %r is not ready at start-up: %s", slot.name, slot.detail)
-            app = build_app(sessions, slots, plan, metrics, health)
+            connections = min(settings.max_connections, max(8, descriptors - DESCRIPTOR_RESERVE))
             config = uvicorn.Config(
-                app,
+                build_app(sessions, slots, plan, metrics, health),
                 host=settings.host,
                 port=settings.port,
                 log_config=None,
                 access_log=False,
                 lifespan="off",
-                http=protocol_class(
-                    header_timeout=settings.header_timeout_seconds, max_connections=settings.max_connections
-                ),
+                http=protocol_class(header_timeout=settings.header_timeout_seconds, max_connections=connections),
                 timeout_graceful_shutdown=int(GRACEFUL_SECONDS),
             )
-            server = _Uvicorn(config)
+            stop.server = _Uvicorn(config)
             async with sessions.running():
-                tg.start_soon(_watch_signals, server, tg.cancel_scope, received)
                 logger.info("serving MCP over %s on http://%s:%d", settings.transport, settings.host, settings.port)
-                await server.serve()
+                await stop.server.serve()
             tg.cancel_scope.cancel()
-    return 128 + received[0] if received else 0
