@@ -119,6 +119,7 @@ async def test_metrics_and_http_logs_hold_only_names(rig: Rig, counting: Countin
     assert labels.pop("tool") == {"image", "echo"}, labels
     assert labels.pop("upstream") == {"counting"}, labels
     assert labels.pop("verdict") == {"allow", "warn", "block"}, labels
+    assert labels.pop("family") == {"identical"}, labels
     assert set(labels) <= {"le"}, f"unexpected labels: {labels}"
     for secret in secrets:
         leaks = [line for line in stderr.splitlines() if secret in line]

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import re
 from collections.abc import AsyncIterator, Callable
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from typing import Any, Literal
@@ -265,21 +266,26 @@ class Slot:
         return reason
 
 
+_EXIT = re.compile(r"exited with status -?\d+|was killed by (?:SIG[A-Z0-9]+|signal \d+)")
+_HTTP_STATUS = re.compile(r"\b([45]\d\d)\b")
+
+
 def _public_reason(reason: str, spec: ServerSpec) -> str:
-    """What ``/readyz`` may say of a failure: its kind, never a command line, stderr line or URL secret."""
+    """What ``/readyz`` may say of a failure: its kind and status, never a command line, stderr line or URL."""
     lowered = reason.lower()
+    found = _EXIT.search(reason)
+    if found is not None:
+        return found.group(0)
     for words, said in (
-        ("exited with status", "exited"),
-        ("was killed by", "killed"),
         ("cannot start", "cannot start its command"),
         ("did not answer initialize", "did not answer initialize"),
-        ("refused initialize", "refused initialize"),
         ("failed a health check", "failed a health check"),
-        ("401", "unauthorized (401)"),
-        ("403", "forbidden (403)"),
-        ("unreachable", "unreachable"),
-        ("connect", "unreachable"),
     ):
         if words in lowered:
             return said
+    status = _HTTP_STATUS.search(reason) if isinstance(spec, HttpServer) else None
+    if status is not None:
+        return f"HTTP {status.group(1)}"
+    if "refused initialize" in lowered:
+        return "refused initialize"
     return "down" if isinstance(spec, StdioServer) else "unreachable"

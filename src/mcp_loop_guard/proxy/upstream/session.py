@@ -169,9 +169,8 @@ class Upstream:
                 self.mark_gone(reason)
                 raise UpstreamGoneError(reason) from None
             except MCPError as exc:
-                reason = f"upstream {self.label} refused initialize: {exc.error.message}"
-                self.mark_gone(reason)
-                raise UpstreamGoneError(reason) from exc
+                self.mark_gone(f"upstream {self.label} refused initialize: {exc.error.message}")
+                raise UpstreamGoneError(exc.error.message) from exc
             logger.info(
                 "connected to upstream %s (%s %s, protocol %s)",
                 self.label,
