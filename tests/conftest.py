@@ -11,6 +11,7 @@ import pytest
 
 from tests.harness import BIN_DIR, NODE_DIR, Connector, CountingUpstream, fixture_command, kill_marked
 from tests.http_harness import Rig
+from tests.redis_harness import RedisServer, running_redis
 
 
 @pytest.fixture
@@ -101,3 +102,10 @@ def rig(tmp_path: Path, process_marker: str) -> Iterator[Rig]:
     rig = Rig(tmp_path, process_marker)
     yield rig
     rig.report()
+
+
+@pytest.fixture
+def redis_server(tmp_path: Path) -> Iterator[RedisServer]:
+    """A fresh redis-server on a free port for one test."""
+    with running_redis(tmp_path / "redis") as server:
+        yield server

@@ -16,7 +16,7 @@ import pytest
 from mcp_loop_guard.core.state import State
 from mcp_loop_guard.store import MemoryStore, Owner, SqliteStore, Store, StoreError, open_store
 from mcp_loop_guard.store.redis import RedisStore
-from tests.store.conftest import RedisServer
+from tests.redis_harness import RedisServer
 
 pytestmark = pytest.mark.anyio
 

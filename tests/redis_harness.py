@@ -1,4 +1,4 @@
-"""A real redis-server on a free port, started by the test that needs it."""
+"""A real redis-server (or valkey-server) on a free port, started by the test that needs it."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ import socket
 import subprocess
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -75,13 +76,14 @@ def _spawn(port: int, directory: Path) -> subprocess.Popen[bytes]:
     pytest.fail("redis-server did not start listening within 10 s")
 
 
-@pytest.fixture
-def redis_server(tmp_path: Path) -> Iterator[RedisServer]:
-    """A fresh redis-server for one test."""
-    directory = tmp_path / "redis"
+@contextmanager
+def running_redis(directory: Path) -> Iterator[RedisServer]:
+    """A fresh redis-server keeping its files in ``directory``; killed at the end."""
     directory.mkdir()
     port = _free_port()
     server = RedisServer(_spawn(port, directory), port, directory)
-    yield server
-    server.process.kill()
-    server.process.wait(10)
+    try:
+        yield server
+    finally:
+        server.process.kill()
+        server.process.wait(10)
