@@ -119,7 +119,7 @@ class State:
 
     def dumps(self) -> str:
         """The compact JSON form stores keep."""
-        return json.dumps(self._wire(), separators=(",", ":"), ensure_ascii=False)
+        return json.dumps(self.wire(), separators=(",", ":"), ensure_ascii=False)
 
     @classmethod
     def loads(cls, text: str | bytes) -> State:
@@ -130,17 +130,29 @@ class State:
         """
         try:
             wire = json.loads(text)
-            if not isinstance(wire, dict) or wire.get("v") != FORMAT:
-                msg = "not a loop state of this version"
-                raise StateFormatError(msg)
+        except ValueError as exc:
+            msg = f"unreadable loop state: {exc}"
+            raise StateFormatError(msg) from None
+        return cls.from_wire(wire)
+
+    @classmethod
+    def from_wire(cls, wire: object) -> State:
+        """Read the parsed form of :meth:`dumps` (stores parse it with a faster JSON library).
+
+        Raises:
+            StateFormatError: the value is not a state of this format.
+        """
+        if not isinstance(wire, dict) or wire.get("v") != FORMAT:
+            msg = "not a loop state of this version"
+            raise StateFormatError(msg)
+        try:
             return cls._from_wire(wire)
         except (ValueError, TypeError, KeyError, IndexError) as exc:
-            if isinstance(exc, StateFormatError):
-                raise
             msg = f"unreadable loop state: {exc}"
             raise StateFormatError(msg) from None
 
-    def _wire(self) -> dict[str, Any]:
+    def wire(self) -> dict[str, Any]:
+        """The state as plain JSON values (what :meth:`dumps` encodes)."""
         wire: dict[str, Any] = {"v": FORMAT, "h": [_entry(e) for e in self.history], "r": self.runs}
         if self.error is not None:
             wire["e"] = [self.error.tool, self.error.result, self.error.count]

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol, TypeVar
 
+from mcp_loop_guard import codec
 from mcp_loop_guard.core.state import State, StateFormatError
 
 __all__ = ["KeyInfo", "Owner", "Store", "StoreError", "process_start_time"]
@@ -126,9 +127,14 @@ def read_state(text: str | bytes | None) -> State | None:
     if text is None:
         return None
     try:
-        return State.loads(text)
-    except StateFormatError:
+        return State.from_wire(codec.loads(text))
+    except (StateFormatError, ValueError, RecursionError):
         return None
+
+
+def write_state(state: State) -> str:
+    """A state as stores keep it: compact JSON."""
+    return codec.dumps(state.wire()).decode()
 
 
 class Store(Protocol):

@@ -6,7 +6,7 @@ from collections.abc import Callable
 from typing import TypeVar
 
 from mcp_loop_guard.core.state import State
-from mcp_loop_guard.store.base import KeyInfo, Owner, read_state, wall_clock
+from mcp_loop_guard.store.base import KeyInfo, Owner, read_state, wall_clock, write_state
 
 R = TypeVar("R")
 
@@ -36,7 +36,7 @@ class MemoryStore:
 
     async def save(self, key: str, state: State, ttl: float) -> None:
         """Keep the state until ``ttl`` seconds from now."""
-        self._values[key] = (state.dumps(), self._clock() + ttl)
+        self._values[key] = (write_state(state), self._clock() + ttl)
 
     async def update(self, key: str, fold: Callable[[State], R], ttl: float) -> tuple[State, R]:
         """Read, fold and write in one step (nothing else runs in between in one event loop)."""

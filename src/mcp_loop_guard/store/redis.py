@@ -20,7 +20,7 @@ from typing import Any, TypeVar
 import anyio
 
 from mcp_loop_guard.core.state import State
-from mcp_loop_guard.store.base import KeyInfo, Owner, StoreError, read_state, wall_clock
+from mcp_loop_guard.store.base import KeyInfo, Owner, StoreError, read_state, wall_clock, write_state
 
 logger = logging.getLogger(__name__)
 
@@ -104,7 +104,7 @@ class RedisStore:
 
     async def save(self, key: str, state: State, ttl: float) -> None:
         """Write the key's state with its expiry."""
-        value = state.dumps()
+        value = write_state(state)
         await self._call(self._redis.set(PREFIX + "s:" + key, value, px=max(1, int(ttl * 1000))))
         self._remember(key, value)
 
@@ -116,7 +116,7 @@ class RedisStore:
         for _ in range(MAX_TRIES):
             state = read_state(expected or None) or State()
             result = fold(state)
-            value = state.dumps()
+            value = write_state(state)
             stored, current = await self._call(
                 self._cas(keys=[PREFIX + "s:" + key], args=[expected, value, max(1, int(ttl * 1000))])
             )

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import TypeVar
 
 from mcp_loop_guard.core.state import State
-from mcp_loop_guard.store.base import KeyInfo, Owner, StoreError, read_state, wall_clock
+from mcp_loop_guard.store.base import KeyInfo, Owner, StoreError, read_state, wall_clock, write_state
 
 logger = logging.getLogger(__name__)
 
@@ -150,7 +150,7 @@ class SqliteStore:
         """Write the key's state (one short transaction)."""
         now = self._clock()
         with self._errors():
-            self._db.execute(_UPSERT, (key, state.dumps(), now + ttl))
+            self._db.execute(_UPSERT, (key, write_state(state), now + ttl))
             self._purge(now)
 
     async def update(self, key: str, fold: Callable[[State], R], ttl: float) -> tuple[State, R]:
@@ -160,7 +160,7 @@ class SqliteStore:
             row = db.execute("SELECT state, expires FROM agents WHERE key = ?", (key,)).fetchone()
             state = (read_state(row[0]) if row is not None and row[1] > now else None) or State()
             result = fold(state)
-            db.execute(_UPSERT, (key, state.dumps(), now + ttl))
+            db.execute(_UPSERT, (key, write_state(state), now + ttl))
         return state, result
 
     async def claim(self, base: str, owner: Owner, ttl: float) -> tuple[str, bool]:

@@ -12,8 +12,8 @@ import os
 from pathlib import Path
 from typing import Any
 
+from mcp_loop_guard import codec
 from mcp_loop_guard.core.model import Verdict
-from mcp_loop_guard.proxy.wire import codec
 
 logger = logging.getLogger(__name__)
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from mcp_loop_guard.proxy.wire import codec
+from mcp_loop_guard import codec
 from mcp_loop_guard.proxy.wire.messages import RequestId
 
 __all__ = ["LineReader", "Oversized"]

@@ -11,7 +11,7 @@ import re
 from dataclasses import dataclass
 from typing import Any, Final
 
-from mcp_loop_guard.proxy.wire import codec
+from mcp_loop_guard import codec
 
 __all__ = [
     "GUARD_FAULT",

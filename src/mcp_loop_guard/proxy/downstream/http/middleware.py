@@ -18,7 +18,7 @@ import anyio
 from mcp.server.transport_security import TransportSecuritySettings
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from mcp_loop_guard.proxy.wire import codec
+from mcp_loop_guard import codec
 from mcp_loop_guard.proxy.wire.messages import INVALID_REQUEST, top_level_id
 from mcp_loop_guard.settings import Settings
 
