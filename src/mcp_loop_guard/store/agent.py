@@ -11,7 +11,10 @@ configured, closed (the call is refused with a message saying why); it recovers 
 from __future__ import annotations
 
 import logging
+import time
 from dataclasses import dataclass
+
+import anyio
 
 from mcp_loop_guard.core import detector
 from mcp_loop_guard.core.detector import Call, Outcome, Ticket
@@ -22,6 +25,8 @@ from mcp_loop_guard.store.base import Store, StoreError
 
 logger = logging.getLogger(__name__)
 
+WRITE_EVERY = 0.05
+"""Seconds between two write-behind saves of an owned key: a burst of calls costs one write."""
 LOG_INTERVAL = 60.0
 """Seconds between two log lines about one failing store."""
 UNAVAILABLE = (
@@ -85,6 +90,33 @@ class AgentLoop:
         self.fail_closed = fail_closed
         self.state = state if state is not None else State()
         """The state as last seen: authoritative for an owned key, a fallback for a shared one."""
+        self._changed: anyio.Event | None = None
+        """Set when the state changed and :meth:`write_behind` runs to save it."""
+
+    async def write_behind(self) -> None:
+        """Save an owned key's state behind the calls, off their path: soon after a change, at most every WRITE_EVERY.
+
+        A refusal and a call with side effects are still written before the call goes on;
+        :meth:`flush` writes the rest at exit. A guard killed outright loses at most the
+        last WRITE_EVERY seconds of plain calls.
+        """
+        if self.store.shared:
+            return
+        self._changed = anyio.Event()
+        try:
+            while True:
+                await self._changed.wait()
+                self._changed = anyio.Event()
+                await self._save(time.time())
+                await anyio.sleep(WRITE_EVERY)
+        finally:
+            self._changed = None
+
+    async def _changed_locally(self, now: float) -> None:
+        if self._changed is not None:
+            self._changed.set()
+        else:
+            await self._save(now)
 
     async def begin(self, call: Call, policy: Policy, now: float) -> tuple[Ticket | None, Verdict]:
         """See :func:`mcp_loop_guard.core.detector.begin`."""
@@ -119,7 +151,7 @@ class AgentLoop:
                 return verdict
         verdict = detector.finish(self.state, ticket, outcome, self.session, now)
         if not self.store.shared:
-            await self._save(now)
+            await self._changed_locally(now)
         return verdict
 
     async def abandon(self, ticket: Ticket, now: float) -> None:
@@ -136,7 +168,7 @@ class AgentLoop:
                 return
         detector.abandon(self.state, ticket, self.session, now)
         if not self.store.shared:
-            await self._save(now)
+            await self._changed_locally(now)
 
     async def flush(self, now: float) -> None:
         """Write the state now (at exit)."""

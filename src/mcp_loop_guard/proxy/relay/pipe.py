@@ -99,6 +99,8 @@ class Pipe:
         self.bad_upstream_lines = 0
         self._tokens = 0
         self._wake = anyio.Event()
+        self._sleeping_until = math.inf
+        """When :meth:`watch_timeouts` wakes next: only an earlier deadline needs to wake it sooner."""
 
     # --- from the client ---------------------------------------------------------------------
 
@@ -162,7 +164,8 @@ class Pipe:
         elif method == "tools/list":
             flight.first_page = "cursor" not in params
         self.in_flight[ident] = flight
-        self._wake.set()
+        if flight.deadline < self._sleeping_until:
+            self._wake.set()
         try:
             await self.upstream.send(message.line())
         except UpstreamDownError as down:
@@ -399,9 +402,9 @@ class Pipe:
     async def watch_timeouts(self) -> None:
         """Cancel requests that go too long without an answer or progress (the call timeout)."""
         while True:
-            deadlines = [flight.deadline for flight in self.in_flight.values() if math.isfinite(flight.deadline)]
+            self._sleeping_until = min((flight.deadline for flight in self.in_flight.values()), default=math.inf)
             self._wake = anyio.Event()
-            with anyio.move_on_after(max(0.0, min(deadlines) - anyio.current_time()) + 0.01 if deadlines else math.inf):
+            with anyio.CancelScope(deadline=self._sleeping_until + 0.01):
                 await self._wake.wait()
             now = anyio.current_time()
             for ident, flight in list(self.in_flight.items()):
