@@ -19,12 +19,13 @@ identical calls of destructive, non-idempotent tools whatever their results.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from hashlib import sha256
 from typing import Any, Final
 
-from mcp_loop_guard.core import wording
+from mcp_loop_guard.core import budget, wording
 from mcp_loop_guard.core.fingerprint import call_key, canonical_json, result_key
 from mcp_loop_guard.core.model import Action, Family, Mode, Verdict
 from mcp_loop_guard.core.policy import Policy
@@ -130,8 +131,35 @@ def begin(state: State, call: Call, policy: Policy, session: Policy, now: float)
 
     Returns ALLOW with a ticket (None when the call is invisible to the detector), or, in
     enforce mode, BLOCK/ABORT without one: the call must then not reach the upstream, and the
-    verdict's reason is the refusal to hand to the model.
+    verdict's reason is the refusal to hand to the model. A call over one of its budgets is
+    refused (BLOCK, family ``budget``) before any loop rule; a call refused for looping is
+    not counted against its budgets.
     """
+    over = budget.over_budget(state.budget_use, policy.budgets, now) if policy.budgets else None
+    if over is not None and session.mode is Mode.ENFORCE:
+        spent, used, resets = over
+        state.last_verdict = f"block:{Family.BUDGET.value}:{call.tool}"
+        text = budget.wording(spent, resets)
+        return None, Verdict(Action.BLOCK, call.tool, used + 1, text, state.blocks, Family.BUDGET)
+    ticket, verdict = _begin(state, call, policy, session, now)
+    if policy.budgets and verdict.action < Action.BLOCK:
+        budget.charge(state.budget_use, policy.budgets, now)
+        if over is not None and ticket is not None and (ticket.owed is None or ticket.owed[2] < Action.BLOCK):
+            spent, used, resets = over
+            if session.mode is Mode.SHADOW:
+                text = budget.wording(spent, resets)
+                ticket = dataclasses.replace(ticket, owed=(Family.BUDGET, used + 1, Action.BLOCK, text))
+                verdict = Verdict(
+                    Action.ALLOW, call.tool, used + 1, text, state.blocks, Family.BUDGET, shadow=Action.BLOCK
+                )
+            else:
+                text = budget.wording(spent, resets, held_back=True)
+                ticket = dataclasses.replace(ticket, owed=(Family.BUDGET, used + 1, Action.WARN, text))
+    return ticket, verdict
+
+
+def _begin(state: State, call: Call, policy: Policy, session: Policy, now: float) -> tuple[Ticket | None, Verdict]:
+    """The loop rules of :func:`begin`."""
     if not policy.active or policy.ignores(call.tool):
         return None, _allow(state, call.tool)
     _size(state, session)
@@ -139,7 +167,9 @@ def begin(state: State, call: Call, policy: Policy, session: Policy, now: float)
     if not state.batches:
         _close_idle_window(state, session, now)
     batch = state.batches[-1] if state.batches and not state.batches[-1].closed else None
-    copies = batch.members.get(call.key, 0) if batch is not None and policy.burst_detection else 0
+    if batch is None:
+        _fold_completed(state)
+    copies = sum(held.members.get(call.key, 0) for held in state.batches) if policy.burst_detection else 0
     gap = now - state.idle_since if not state.batches and state.idle_since is not None else 0.0
     patient = _patient(state, call, policy, gap)
     found = _refusal(state, call, policy, copies, patient=patient)
@@ -189,13 +219,14 @@ def finish(state: State, ticket: Ticket, outcome: Outcome, session: Policy, now:
     streak = 0
     if batch.live == 0:
         quiet = _quiet(state, batch, policy)
-        settled = _settle(state, batch, session, now)
+        settled = _settle(state, batch, session, now, keep_refused=True)
         if visible and settled is entry:
             streak, warning = _sequential_warning(state, entry, policy)
             if warning is not None and quiet and warning[0] in _PACED:
                 warning = None
             if warning is not None and (judged is None or judged[2] < Action.BLOCK):
                 judged = warning
+        _fold_refused(state, batch)
     if judged is None:
         return _allow(state, ticket.tool, streak)
     family, count, action, text = judged
@@ -240,6 +271,7 @@ def abandon(state: State, ticket: Ticket, session: Policy, now: float) -> None:
     if batch is None or batch.live <= 0:
         return
     batch.live -= 1
+    _uncount(batch, ticket.call, 1)
     batch.closed = True
     batch.touched = now
     if batch.live == 0:
@@ -266,7 +298,7 @@ def _refusal(
     base = runs[0] + 1 if history and history[-1].call == call.key and not patient else 0
     identical = base + copies + 1
     if identical >= policy.block_threshold:
-        return (Family.BURST if copies and not base else Family.IDENTICAL), identical, ()
+        return (Family.BURST if copies else Family.IDENTICAL), identical, ()
     for period in range(2, 1 if patient else min(policy.cycle_max_period, len(runs), len(history)) + 1):
         run = runs[period - 1] + 1
         if history[-period].call == call.key and _is_cycle(history, period, run):
@@ -330,10 +362,11 @@ def _join(state: State, batch: Batch, call: Call, now: float) -> None:
 
 def _effect_warning(state: State, call: Call, policy: Policy) -> Owed | None:
     """Count a side-effect call; its warning once it repeats."""
-    if not (call.side_effect and policy.trust_annotations and policy.side_effect_warn_threshold):
+    warn, block = policy.side_effect_warn_threshold, policy.side_effect_block_threshold
+    if not (call.side_effect and policy.trust_annotations and (warn or block)):
         return None
-    count = _count_effect(state, call.key, call.tool)
-    if count < policy.side_effect_warn_threshold:
+    count = _count_effect(state, call.key, call.tool)  # counted even with no warning step: refusals need it
+    if not warn or count < warn:
         return None
     text = wording.warning(Family.SIDE_EFFECT, call.tool, count, policy.side_effect_block_threshold)
     return Family.SIDE_EFFECT, count, Action.WARN, text
@@ -359,14 +392,16 @@ def _refuse(  # noqa: PLR0917 - the pieces of one refusal, all needed
     """Count a refusal and word it; ABORT once the window has seen enough of them (session rules).
 
     A refused call keeps its place: in the sequence it stands for the result it would have
-    repeated, so the same call stays refused until something changes; inside a batch it
-    counts as one more copy.
+    repeated, so the same call stays refused until something changes; while copies of it are
+    in flight it counts as one more copy (in the open batch, or the latest one holding them).
     """
     action = _count_refusal(state, session)
-    if batch is not None:
-        if call.key in batch.members:
-            batch.members[call.key] += 1
-        batch.touched = now
+    holder = batch if batch is not None else _holding(state, call.key)
+    if holder is not None:
+        if len(holder.members) < MAX_MEMBERS or call.key in holder.members:
+            holder.members[call.key] = holder.members.get(call.key, 0) + 1
+            holder.refused[call.key] = holder.refused.get(call.key, 0) + 1
+        holder.touched = now
     elif family in {Family.IDENTICAL, Family.CYCLE}:
         period = len(cycle) or 1
         assumed = state.history[-period]
@@ -524,26 +559,78 @@ def _open_batch(state: State, session: Policy) -> Batch:
     another one has completed saw that result, even while a long call of its batch is still running."""
     while len(state.batches) >= MAX_BATCHES:
         _settle(state, state.batches[0], session, state.batches[0].touched)
-    for earlier in state.batches:
-        if earlier.last is not None:
-            _fold(state, earlier.last, earlier.done.get(earlier.last.call + earlier.last.result, 1))
-            earlier.last = None
-            earlier.done.clear()
+    _fold_completed(state)
     batch = Batch(state.next_batch)
     state.next_batch += 1
     state.batches.append(batch)
     return batch
 
 
-def _settle(state: State, batch: Batch, session: Policy, now: float) -> Entry | None:
-    """End a batch: fold its last-completing result into the sequence. Returns that entry."""
+def _fold_completed(state: State) -> None:
+    """What earlier batches have completed joins the sequence: a call made after another one has
+    completed saw that result, even while a long call of its batch is still running. Its copies
+    still in flight, and refused ones, go on counting as copies."""
+    for earlier in state.batches:
+        entry = earlier.last
+        if entry is None:
+            continue
+        _fold(state, entry, _completed_copies(earlier, entry), fresh=earlier.patient)
+        earlier.patient = False  # its fresh start is made; later completions continue it
+        for done, count in earlier.done.items():
+            _uncount(earlier, done[:DIGEST], count)
+        earlier.last = None
+        earlier.done.clear()
+
+
+def _completed_copies(batch: Batch, entry: Entry) -> int:
+    """Members of the batch that completed as ``entry`` did: how many times it joins the sequence.
+
+    Refused copies count as copies while the batch is open, not in the sequence after it.
+    """
+    return batch.done.get(entry.call + entry.result, 1)
+
+
+def _uncount(batch: Batch, call: str, count: int) -> None:
+    """``count`` members with this call are no longer copies in flight."""
+    left = batch.members.get(call, 0) - count
+    if left > 0:
+        batch.members[call] = left
+    else:
+        batch.members.pop(call, None)
+
+
+def _holding(state: State, call: str) -> Batch | None:
+    """The latest unsettled batch with copies of ``call`` in flight."""
+    for batch in reversed(state.batches):
+        if call in batch.members:
+            return batch
+    return None
+
+
+def _settle(state: State, batch: Batch, session: Policy, now: float, *, keep_refused: bool = False) -> Entry | None:
+    """End a batch: fold its last-completing result into the sequence. Returns that entry.
+
+    Its refused copies then lengthen the streak (``keep_refused``: the caller does that, after
+    judging the last answer on the copies that were answered).
+    """
     state.batches.remove(batch)
     entry = batch.last
     if entry is not None:
-        _fold(state, entry, batch.done.get(entry.call + entry.result, 1), fresh=batch.patient)
+        _fold(state, entry, _completed_copies(batch, entry), fresh=batch.patient)
+    if not keep_refused:
+        _fold_refused(state, batch)
     if not state.batches:
         state.idle_since = now
     return entry
+
+
+def _fold_refused(state: State, batch: Batch) -> None:
+    """A batch's refused copies of the call that ended the sequence count in its streak: the agent made them."""
+    history = state.history
+    for call, count in batch.refused.items():
+        if history and history[-1].call == call and state.runs:
+            state.runs[0] += count
+    batch.refused.clear()
 
 
 def _expire(state: State, session: Policy, now: float) -> None:

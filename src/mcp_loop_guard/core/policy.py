@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from fnmatch import fnmatchcase
 
+from mcp_loop_guard.core.budget import Budget
 from mcp_loop_guard.core.model import Mode
 from mcp_loop_guard.core.scrub import ScrubRules
 
@@ -54,6 +55,8 @@ class Policy:
     least 1.5 times the last), get no warning; they are still refused at the block threshold. 0: off."""
     scrub: ScrubRules = field(default_factory=ScrubRules)
     mode: Mode = Mode.ENFORCE
+    budgets: tuple[Budget, ...] = ()
+    """The budgets that count calls judged by this policy (already matched to the call's route)."""
 
     def __post_init__(self) -> None:
         """Reject values no setting could produce; warn >= block is handled softly instead."""

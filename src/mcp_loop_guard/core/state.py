@@ -88,6 +88,8 @@ class Batch:
     """Seconds the agent had been idle when the batch began (0 when other calls were in flight)."""
     patient: bool = False
     """Begun after a patient wait (``poll_seconds``): its call's repetitions start over."""
+    refused: dict[str, int] = field(default_factory=dict)
+    """Call fingerprint -> members refused: they lengthen the call's streak once the batch ends."""
 
 
 @dataclass(slots=True)
@@ -111,6 +113,8 @@ class State:
     next_batch: int = 1
     last_verdict: str = ""
     """The last non-allow verdict as ``action:family:tool`` (names only), for operators."""
+    budget_use: dict[str, tuple[float, int]] = field(default_factory=dict)
+    """Budget key -> (window start, calls counted), see :mod:`mcp_loop_guard.core.budget`."""
 
     @property
     def in_flight(self) -> int:
@@ -172,6 +176,8 @@ class State:
         wire["n"] = self.next_batch
         if self.last_verdict:
             wire["l"] = self.last_verdict
+        if self.budget_use:
+            wire["u"] = {key: [start, count] for key, (start, count) in self.budget_use.items()}
         return wire
 
     @classmethod
@@ -190,6 +196,7 @@ class State:
             batches=[_read_batch(b) for b in wire.get("B", [])],
             next_batch=int(wire.get("n", 1)),
             last_verdict=str(wire.get("l", "")),
+            budget_use={str(k): (float(v[0]), int(v[1])) for k, v in wire.get("u", {}).items()},
         )
 
 
@@ -213,11 +220,13 @@ def _batch(batch: Batch) -> list[Any]:
         _entry(batch.last) if batch.last is not None else None,
         batch.gap,
         int(batch.patient),
+        batch.refused,
     ]
 
 
 def _read_batch(wire: list[Any]) -> Batch:
-    ident, live, closed, touched, members, done, last, gap, patient = wire
+    ident, live, closed, touched, members, done, last, gap, patient = wire[:9]
+    refused = wire[9] if len(wire) > 9 else {}  # absent from states written by earlier versions
     return Batch(
         id=int(ident),
         live=int(live),
@@ -228,4 +237,5 @@ def _read_batch(wire: list[Any]) -> Batch:
         last=_read_entry(last) if last else None,
         gap=float(gap),
         patient=bool(patient),
+        refused={str(k): int(v) for k, v in refused.items()},
     )
