@@ -378,15 +378,35 @@ async def play(session: ClientSession, scenario: Scenario, prefix: str = "") -> 
     return [found for found in seen if found is not None]
 
 
-def _sorted(judgements: Sequence[Judgement]) -> list[Judgement]:
-    return sorted(judgements, key=lambda found: (found[2], found[0], found[1] or ""))
+def _same_burst(got: Sequence[Judgement], expected: Sequence[Judgement]) -> bool:
+    """The same refusals with the same counts, in any order; each copy's family burst or identical.
+
+    Where the guard handles requests concurrently (the SDK paths), answers can come back while
+    copies are still arriving: a copy begun after every earlier one was answered is, rightly, an
+    identical sequential call, and a copy answered while a later one is still in flight gets no
+    sequential warning (only a batch's last answer does). Which copies those are depends on
+    timing; the refusals and their counts do not, nor the last forwarded copy's warning.
+    """
+
+    def counted(judgements: Sequence[Judgement], actions: set[str]) -> list[tuple[str, int]]:
+        return sorted((action, count) for action, _, count in judgements if action in actions)
+
+    families = {family for action, family, _ in got if action != "allow"}
+    refused = {"block", "abort"}
+    forwarded = [found for found in got if found[0] not in refused]
+    return (
+        counted(got, refused) == counted(expected, refused)
+        and len(forwarded) == len([found for found in expected if found[0] not in refused])
+        and max(counted(got, {"warn"}), default=None) == max(counted(expected, {"warn"}), default=None)
+        and families <= {"burst", "identical"}
+    )
 
 
 def check_model(scenario: Scenario, seen: Sequence[Seen], prefix: str = "") -> None:
     """The model saw the expected verdicts, each with the texts of its family, and what the mode adds or hides."""
     judged = [found.judgement for found in seen]
     if scenario.burst:
-        assert _sorted(judged) == _sorted(scenario.expected), judged
+        assert _same_burst(judged, scenario.expected), judged
     else:
         assert judged == list(scenario.expected), judged
     for found in seen:
@@ -462,7 +482,7 @@ def check_logged(scenario: Scenario, lines: Sequence[Mapping[str, Any]], form: L
     """One line per call in the requested form, with the verdicts the rules gave (what enforce would do, in shadow)."""
     recorded = [logged(line) for line in lines]
     if scenario.burst:
-        assert _sorted(recorded) == _sorted(scenario.recorded), recorded
+        assert _same_burst(recorded, scenario.recorded), recorded
     else:
         assert recorded == list(scenario.recorded), recorded
     shadow = scenario.settings.get("LOOP_GUARD_MODE") == "shadow"

@@ -207,7 +207,9 @@ def _replay(args_list: list[str]) -> int:
         print(f"mcp-loop-guard: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
     try:
-        return run(args.files, decided.policies, as_lines=args.json)
+        servers = decided.config.servers
+        only = servers[0].name if len(servers) == 1 else ""
+        return run(args.files, decided.policies, as_lines=args.json, server=only)
     except TraceError as exc:
         print(f"mcp-loop-guard: error: {exc}", file=sys.stderr)
         return EXIT_USAGE

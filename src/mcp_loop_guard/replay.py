@@ -8,6 +8,7 @@ can record in shadow mode and see what enforcing, or other thresholds, would hav
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import sys
@@ -50,6 +51,11 @@ class Line:
     annotations: Mapping[str, Any] | None
     server: str | None
     at: float
+    seq: int | None = None
+    """Calls the agent had begun, this one included, when it began (event logs record it)."""
+    begun: int | None = None
+    """Calls the agent had begun when this line was written (at the call's end)."""
+    ended: float | None = None
 
 
 @dataclass
@@ -110,7 +116,7 @@ def _line(entry: Mapping[str, Any], number: int, default_at: float, where: str) 
     elif isinstance(entry.get("outcome"), str):
         outcome = Outcome(entry["outcome"], bool(entry.get("isError")))
     at = entry.get("at", default_at)
-    if not isinstance(at, int | float) or isinstance(at, bool) or not math.isfinite(at):
+    if not _seconds(at):
         raise _fail(where, number, '"at" must be a number of seconds')
     annotations = entry.get("annotations")
     if annotations is not None and not isinstance(annotations, dict):
@@ -118,7 +124,30 @@ def _line(entry: Mapping[str, Any], number: int, default_at: float, where: str) 
     server = entry.get("server")
     if server is not None and not isinstance(server, str):
         raise _fail(where, number, '"server" must be a string')
-    return Line(number, session, tool, key, arguments, result, outcome, entry.get("batch"), annotations, server, at)
+    seq, begun, ended = _order(entry, number, where)
+    batch = entry.get("batch")
+    return Line(
+        number, session, tool, key, arguments, result, outcome, batch, annotations, server, at, seq, begun, ended
+    )
+
+
+def _order(entry: Mapping[str, Any], number: int, where: str) -> tuple[int | None, int | None, float | None]:
+    """``seq``, ``begun`` and ``ended``: where the call began among the agent's calls, and when it ended."""
+    seq, begun, ended = entry.get("seq"), entry.get("begun"), entry.get("ended")
+    ordered = isinstance(seq, int) and isinstance(begun, int) and _count(seq) and _count(begun) and begun >= seq
+    if (seq is not None or begun is not None) and not ordered:
+        raise _fail(where, number, '"seq" and "begun" must be counts, given together, with begun >= seq')
+    if ended is not None and not _seconds(ended):
+        raise _fail(where, number, '"ended" must be a number of seconds')
+    return seq, begun, ended
+
+
+def _seconds(value: object) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _count(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 1
 
 
 @dataclass
@@ -127,20 +156,74 @@ class _Session:
     closed: bool = False
 
 
-def judge_trace(lines: Iterable[Line], policies: PolicyTable) -> list[Judged]:
-    """Judge every line, session by session, as the live guard would (batches begun together)."""
+def judge_trace(lines: Iterable[Line], policies: PolicyTable, server: str = "") -> list[Judged]:
+    """Judge every line, session by session, as the live guard would.
+
+    A session whose lines record the order of begins (``seq`` and ``begun``, as the event log
+    writes them) is replayed event by event: each call begins when the live guard began it and
+    ends where its line stands. Other traces are judged batch by batch (lines sharing a
+    ``batch`` begun together). ``server``: the route of lines that name none (a config's only server).
+    """
     sessions: dict[str, _Session] = {}
     judged: dict[int, Judged] = {}
     ordered = list(lines)
+    if server:
+        ordered = [line if line.server is not None else dataclasses.replace(line, server=server) for line in ordered]
+    ordered_sessions = {line.session for line in ordered if line.seq is None}
+    in_order = [line for line in ordered if line.session not in ordered_sessions]
+    by_batch = [line for line in ordered if line.session in ordered_sessions]
 
     def group_key(line: Line) -> tuple[str, object]:
         return (line.session, line.batch if line.batch is not None else ("alone", line.number))
 
-    for (session_name, _), group in groupby(ordered, key=group_key):
+    for (session_name, _), group in groupby(by_batch, key=group_key):
         session = sessions.setdefault(session_name, _Session())
         for line, outcome in _judge_batch(list(group), session, policies):
             judged[line.number] = outcome
+    for session_name in dict.fromkeys(line.session for line in in_order):
+        session = sessions.setdefault(session_name, _Session())
+        mine = [line for line in in_order if line.session == session_name]
+        for line, outcome in _judge_in_order(mine, session, policies):
+            judged[line.number] = outcome
     return [judged[line.number] for line in ordered]
+
+
+def _judge_in_order(lines: list[Line], session: _Session, policies: PolicyTable) -> Iterator[tuple[Line, Judged]]:
+    """Begin each call when the live guard did (by ``seq``), end it where its line stands."""
+    to_begin = sorted(lines, key=lambda line: line.seq or 0)
+    started: dict[int, tuple[Ticket, Policy]] = {}
+    next_begin = 0
+    for line in lines:
+        while next_begin < len(to_begin) and (to_begin[next_begin].seq or 0) <= (line.begun or 0):
+            beginning = to_begin[next_begin]
+            next_begin += 1
+            if session.closed:
+                yield beginning, Judged(beginning, "closed")
+                continue
+            policy = _policy(beginning, policies)
+            ticket, verdict = detector.begin(
+                session.state, _call(beginning, policy), policy, policies.session, beginning.at
+            )
+            if ticket is None:
+                session.closed = verdict.judged is Action.ABORT
+                yield beginning, _judged(beginning, verdict)
+            else:
+                started[beginning.number] = (ticket, policy)
+        begun = started.pop(line.number, None)
+        if begun is not None:
+            yield line, _end(line, begun[0], begun[1], session, policies)
+
+
+def _end(line: Line, ticket: Ticket, policy: Policy, session: _Session, policies: PolicyTable) -> Judged:
+    """End one begun call with its recorded answer (or without one)."""
+    now = line.ended if line.ended is not None else line.at
+    outcome = line.outcome
+    if outcome is None and line.result is not None:
+        outcome = detector.outcome_of(line.result, policy)
+    if outcome is None:
+        detector.abandon(session.state, ticket, policies.session, now)
+        return _judged(line, _shadowed(ticket))
+    return _judged(line, detector.finish(session.state, ticket, outcome, policies.session, now))
 
 
 def _judge_batch(batch: list[Line], session: _Session, policies: PolicyTable) -> Iterator[tuple[Line, Judged]]:
@@ -161,17 +244,8 @@ def _judge_batch(batch: list[Line], session: _Session, policies: PolicyTable) ->
         if ticket is None:
             yield line, _judged(line, verdict)
     for line, ticket, policy in begun:
-        if ticket is None:
-            continue
-        outcome = line.outcome
-        if outcome is None and line.result is not None:
-            outcome = detector.outcome_of(line.result, policy)
-        if outcome is None:
-            detector.abandon(session.state, ticket, policies.session, line.at)
-            yield line, _judged(line, _shadowed(ticket))
-            continue
-        verdict = detector.finish(session.state, ticket, outcome, policies.session, line.at)
-        yield line, _judged(line, verdict)
+        if ticket is not None:
+            yield line, _end(line, ticket, policy, session, policies)
 
 
 def _shadowed(ticket: Ticket) -> Verdict:
@@ -194,7 +268,7 @@ def _judged(line: Line, verdict: Verdict) -> Judged:
 
 def _policy(line: Line, policies: PolicyTable) -> Policy:
     if line.server is not None:
-        own = line.tool.removeprefix(f"{line.server}__")
+        own = line.tool.removeprefix(f"{line.server}__") if policies.prefixed else line.tool
         return policies(line.server, own)
     return policies("", line.tool)
 
@@ -255,8 +329,12 @@ def as_json(item: Judged) -> str:
     return json.dumps(body)
 
 
-def run(paths: Sequence[str], policies: PolicyTable, *, as_lines: bool, out: IO[str] = sys.stdout) -> int:
+def run(
+    paths: Sequence[str], policies: PolicyTable, *, as_lines: bool, server: str = "", out: IO[str] = sys.stdout
+) -> int:
     """Replay every file (``-`` for stdin); 0 when all were read, 2 with the first unreadable line.
+
+    ``server``: the route of lines that name no server (the config's only server).
 
     Raises:
         TraceError: a line that cannot be read.
@@ -273,7 +351,7 @@ def run(paths: Sequence[str], policies: PolicyTable, *, as_lines: bool, out: IO[
                 raise TraceError(f"{where}: cannot read it: {error.strerror or error}") from None
             except UnicodeDecodeError:
                 raise TraceError(f"{where}: not UTF-8 text") from None
-        judged = judge_trace(lines, policies)
+        judged = judge_trace(lines, policies, server)
         if as_lines:
             for item in judged:
                 print(as_json(item), file=out)

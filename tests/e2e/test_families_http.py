@@ -89,7 +89,8 @@ def _check_scenario(
     check_model(scenario, seen, prefix)
     check_reached(scenario, source.reached())
     assert len({line["session"] for line in lines}) == 1, "one session (or key), one agent"
-    assert {line.get("server") for line in lines} == {source.name if prefix else None}
+    assert len({line.get("server") for line in lines}) == 1  # every line names its server
+    assert not prefix or {line["server"] for line in lines} == {source.name}
     check_logged(scenario, lines, form)
 
 

@@ -6,6 +6,7 @@ import time
 from pathlib import Path
 
 import anyio
+import anyio.lowlevel
 import pytest
 
 from mcp_loop_guard.core.detector import Outcome, call_of
@@ -56,13 +57,13 @@ async def test_a_burst_of_calls_costs_fewer_writes_than_calls_and_the_last_state
     calls = 40
     async with anyio.create_task_group() as tg:
         tg.start_soon(agent.write_behind)
-        await anyio.sleep(0)
+        await anyio.lowlevel.checkpoint()
         for index in range(calls):
             assert await _call(agent, {"q": index}, f"result {index}") is Action.ALLOW
-            await anyio.sleep(0)  # let the writer run between calls, as the relay does while it waits
+            await anyio.lowlevel.checkpoint()  # let the writer run between calls, as the relay does while it waits
         assert store.writes < calls
         with anyio.fail_after(5):
-            while (await _stored(path)).wire() != agent.state.wire():
+            while (await _stored(path)).wire() != agent.state.wire():  # noqa: ASYNC110 - another reader of the file
                 await anyio.sleep(0.01)
         tg.cancel_scope.cancel()
     await store.aclose()
@@ -89,7 +90,7 @@ async def test_flush_writes_what_the_writer_had_not_yet(tmp_path: Path) -> None:
     agent = AgentLoop(store, KEY, Policy(), ttl=600, health=StoreHealth("sqlite"))
     async with anyio.create_task_group() as tg:
         tg.start_soon(agent.write_behind)
-        await anyio.sleep(0)
+        await anyio.lowlevel.checkpoint()
         for index in range(3):
             await _call(agent, {"q": index}, "r")
         tg.cancel_scope.cancel()  # exit before the writer's turn

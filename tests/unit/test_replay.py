@@ -11,7 +11,8 @@ from typing import Any
 
 import pytest
 
-from mcp_loop_guard.config import GuardConfig
+from mcp_loop_guard.config import GuardConfig, StdioServer
+from mcp_loop_guard.core import LoopDetector, Policy
 from mcp_loop_guard.core.detector import call_of, outcome_of
 from mcp_loop_guard.plan import plan
 from mcp_loop_guard.replay import TraceError, judge_trace, read_trace, suggest_scrub
@@ -157,3 +158,52 @@ def test_replay_reads_standard_input_with_other_settings() -> None:
     )
     assert done.returncode == 0, done.stderr
     assert [json.loads(row)["verdict"] for row in done.stdout.splitlines()] == ["allow", "warn", "warn"]
+
+
+def test_an_event_log_is_replayed_in_the_order_calls_began_and_ended() -> None:
+    """A burst as the event log writes it: refusals at their start, answered copies at their end.
+
+    Twenty copies begin before any answer; the four forwarded ones are written last. Replay
+    begins each call by ``seq`` and ends it where its line stands, so the verdicts are the live ones.
+    """
+    copy = {"session": "s1", "tool": "search", "arguments": {"q": "x"}}
+    refused = [{**copy, "seq": seq, "begun": seq} for seq in range(5, 21)]
+    answered = [
+        {**copy, "seq": seq, "begun": 20, "result": {"content": [{"type": "text", "text": "same"}]}}
+        for seq in range(1, 5)
+    ]
+    assert verdicts([*refused, *answered], abort_threshold=1000) == [*["block"] * 16, "allow", "allow", "warn", "warn"]
+
+
+def test_a_call_begun_after_an_answer_sees_that_answer() -> None:
+    """Two copies in flight, one answered, then a third: replay ends and begins them as the live detector did."""
+    copy = {"session": "s1", "tool": "search", "arguments": {"q": "x"}}
+    same = {"content": [{"type": "text", "text": "same"}]}
+    trace = [
+        {**copy, "seq": 1, "begun": 2, "result": same},
+        {**copy, "seq": 3, "begun": 3, "result": same},
+        {**copy, "seq": 2, "begun": 3, "result": same},
+    ]
+    live = LoopDetector(Policy())
+    first, second = (live.begin("search", {"q": "x"}, 0.0)[0] for _ in range(2))
+    assert first is not None
+    assert second is not None
+    ended = {1: live.finish(first, same, 0.0)}
+    third, _ = live.begin("search", {"q": "x"}, 0.0)
+    assert third is not None
+    ended[3] = live.finish(third, same, 0.0)
+    ended[2] = live.finish(second, same, 0.0)
+    expected = [ended[n].action.name.lower() for n in (1, 3, 2)]
+    assert verdicts(trace) == expected
+    assert verdicts([{k: v for k, v in entry.items() if k not in {"seq", "begun"}} for entry in trace]) != expected
+
+
+def test_lines_without_a_server_take_the_configs_only_server() -> None:
+    """A one-server config's thresholds judge a trace whose lines name no server."""
+    stream = io.StringIO("".join(json.dumps(line("get_issue", {"n": 1}, "same")) + "\n" for _ in range(2)))
+    config = GuardConfig(None, (StdioServer("tracker", "tracker", policy={"warnThreshold": 2}),), FileSettings({}))
+    decided = plan(config, load_settings(FileSettings({})))
+    lines = list(read_trace(stream, "t.jsonl"))
+    assert [item.verdict for item in judge_trace(lines, decided.policies, "tracker")] == ["allow", "warn"]
+    stream.seek(0)
+    assert [item.verdict for item in judge_trace(lines, decided.policies)] == ["allow", "allow"]

@@ -90,6 +90,8 @@ class AgentLoop:
         self.fail_closed = fail_closed
         self.state = state if state is not None else State()
         """The state as last seen: authoritative for an owned key, a fallback for a shared one."""
+        self.begun = 0
+        """Calls begun in this process: the event log's order of begins, for replay."""
         self._changed: anyio.Event | None = None
         """Set when the state changed and :meth:`write_behind` runs to save it."""
 

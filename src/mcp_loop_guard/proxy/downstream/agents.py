@@ -78,7 +78,6 @@ def judge_for(
         agent,
         plan.policies,
         label=label,
-        several=plan.several,
         events=events,
         observe=observe,
         log_contents=plan.settings.log_contents,

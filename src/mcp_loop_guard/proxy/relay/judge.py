@@ -49,6 +49,9 @@ class Pending:
     at: float
     arguments: object
     annotations: Mapping[str, Any] | None
+    seq: int = 0
+    """The agent's calls begun before this one, plus one: replay begins calls in this order."""
+    ended: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,17 +81,15 @@ class Judge:
         policies: PolicyFor,
         *,
         label: str,
-        several: bool = False,
         events: EventLog | None = None,
         observe: CallObserver | None = None,
         log_contents: bool = False,
         clock: Callable[[], float] = time.time,
     ) -> None:
-        """``label`` names the agent in the event log; ``several``: tools are exported as ``server__name``."""
+        """``label`` names the agent in the event log."""
         self.agent = agent
         self.policies = policies
         self.label = label
-        self.several = several
         self.events = events
         self.observe = observe
         self.log_contents = log_contents
@@ -110,10 +111,14 @@ class Judge:
         arguments_map = arguments if isinstance(arguments, Mapping) else None
         call = call_of(tool, arguments_map, annotations, trusted=policy.trust_annotations)
         now = self.clock()
+        self.agent.begun += 1
+        seq = self.agent.begun
         ticket, verdict = await self.agent.begin(call, policy, now)
         if self.log_contents:
             logger.info("call %r arguments (LOOP_GUARD_LOG_CONTENTS): %s", tool, _clip(arguments))
-        pending = Pending(server, tool, call, policy, ticket, verdict, time.perf_counter(), now, arguments, annotations)
+        pending = Pending(
+            server, tool, call, policy, ticket, verdict, time.perf_counter(), now, arguments, annotations, seq
+        )
         if verdict.action >= Action.BLOCK:
             self._report(pending, verdict, None)
             if verdict.action is Action.ABORT:
@@ -134,7 +139,8 @@ class Judge:
             return None
         seen = without_notes(result)
         outcome = outcome_of(seen, pending.policy)
-        verdict = await self.agent.finish(ticket, outcome, self.clock())
+        pending.ended = self.clock()
+        verdict = await self.agent.finish(ticket, outcome, pending.ended)
         self._report(pending, verdict, {"result": result}, outcome.key)
         if verdict.action is Action.WARN:
             return warned(seen, verdict, pending.policy)  # one note: the nearest guard's
@@ -146,7 +152,8 @@ class Judge:
             self._report(pending, pending.verdict, {"error": dict(error)})
             return
         outcome = error_outcome(error.get("code"), error.get("message"))
-        verdict = await self.agent.finish(pending.ticket, outcome, self.clock())
+        pending.ended = self.clock()
+        verdict = await self.agent.finish(pending.ticket, outcome, pending.ended)
         self._report(pending, verdict, {"error": dict(error)}, outcome.key)
 
     async def dropped(self, pending: Pending) -> None:
@@ -188,9 +195,16 @@ class Judge:
             self.events.record(self._line(pending, answer, outcome), verdict)
 
     def _line(self, pending: Pending, answer: dict[str, Any] | None, outcome: str | None) -> dict[str, Any]:
-        line: dict[str, Any] = {"session": self.label, "tool": pending.tool, "at": round(pending.at, 3)}
-        if self.several:
-            line["server"] = pending.server
+        line: dict[str, Any] = {
+            "session": self.label,
+            "server": pending.server,
+            "tool": pending.tool,
+            "at": round(pending.at, 3),
+            "seq": pending.seq,
+            "begun": self.agent.begun,
+        }
+        if pending.ended is not None:
+            line["ended"] = round(pending.ended, 3)
         if self.events is not None and self.events.contents:
             line["arguments"] = pending.arguments if isinstance(pending.arguments, dict) else {}
             if answer is not None:

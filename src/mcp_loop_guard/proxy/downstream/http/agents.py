@@ -19,6 +19,7 @@ from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from mcp_loop_guard.core.model import Mode
 from mcp_loop_guard.plan import Plan
 from mcp_loop_guard.proxy.downstream.agents import agent_loop, judge_for
 from mcp_loop_guard.proxy.relay.events import EventLog
@@ -138,6 +139,8 @@ class Agents:
                 if fresh is not None:
                     state = loop.state = fresh
         session = self.plan.policy
+        if session.mode is not Mode.ENFORCE:
+            return 0.0  # warn and shadow modes never refuse, so they never abort
         if state.blocks < session.abort_threshold or state.idle_since is None or state.in_flight:
             return 0.0
         left = session.reset_after_seconds - (time.time() - state.idle_since)
