@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import socket
-import subprocess
 import sys
 import textwrap
 from collections.abc import AsyncIterator
@@ -16,7 +15,7 @@ import pytest
 from mcp_loop_guard.core.state import State
 from mcp_loop_guard.store import MemoryStore, Owner, SqliteStore, Store, StoreError, open_store
 from mcp_loop_guard.store.redis import RedisStore
-from tests.store.conftest import RedisServer
+from tests.store.conftest import RedisServer, set_read_only
 
 pytestmark = pytest.mark.anyio
 
@@ -187,17 +186,6 @@ async def test_a_corrupt_sqlite_file_is_set_aside_and_a_new_one_started(tmp_path
     await store.aclose()
 
 
-def _set_read_only(path: Path, *, read_only: bool) -> None:
-    """chmod for a normal user; root ignores file modes, so it gets the immutable attribute instead."""
-    if os.geteuid() != 0:
-        path.chmod((0o555 if path.is_dir() else 0o444) if read_only else 0o755)
-        return
-    done = subprocess.run(
-        ["chattr", "+i" if read_only else "-i", str(path)], capture_output=True, text=True, check=False
-    )
-    assert done.returncode == 0, f"chattr failed ({done.stderr.strip()}): cannot make a file read-only for root"
-
-
 async def test_a_read_only_sqlite_file_raises_store_errors_not_crashes(tmp_path: Path) -> None:
     """A file the guard may not change: writes fail as StoreError, reads still work."""
     directory = tmp_path / "ro"
@@ -208,7 +196,7 @@ async def test_a_read_only_sqlite_file_raises_store_errors_not_crashes(tmp_path:
     await first.aclose()
     for name in ("state.sqlite3-wal", "state.sqlite3-shm"):
         (directory / name).unlink(missing_ok=True)
-    _set_read_only(path, read_only=True)
+    set_read_only(path, read_only=True)
     try:
         store = SqliteStore(path)
         with pytest.raises(StoreError, match="readonly"):
@@ -218,7 +206,7 @@ async def test_a_read_only_sqlite_file_raises_store_errors_not_crashes(tmp_path:
         assert loaded.blocks == 1
         await store.aclose()
     finally:
-        _set_read_only(path, read_only=False)
+        set_read_only(path, read_only=False)
 
 
 async def test_a_locked_sqlite_file_is_waited_on_for_the_timeout_only(tmp_path: Path) -> None:
