@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import os
 import socket
+import subprocess
 import sys
 import textwrap
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import anyio
@@ -106,6 +108,27 @@ async def test_a_reused_pid_is_not_the_same_owner(store: Store) -> None:
     ghost = Owner(socket.gethostname(), os.getpid(), 12345.0, 0)
     await store.claim("stdio:y", ghost, ttl=60)
     assert await store.claim("stdio:y", Owner.this_process(0), ttl=60) == ("stdio:y", True)
+
+
+@contextmanager
+def _unreaped_child() -> Iterator[tuple[int, float]]:
+    """A child process that has exited and is not waited for yet (a zombie): its pid and start time."""
+    child = subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.read()"], stdin=subprocess.PIPE)
+    started = _started(child.pid)
+    assert child.stdin is not None
+    child.stdin.close()  # it reads EOF and exits
+    os.waitid(os.P_PID, child.pid, os.WEXITED | os.WNOWAIT)  # it has exited; it stays a zombie
+    try:
+        yield child.pid, started
+    finally:
+        child.wait(10)
+
+
+async def test_an_owner_that_exited_but_is_not_yet_reaped_is_not_alive(store: Store) -> None:
+    """A guard killed and not yet waited for by its client (a zombie): its key is free."""
+    with _unreaped_child() as (pid, started):
+        await store.claim("stdio:z", Owner(socket.gethostname(), pid, started, 0), ttl=60)
+        assert await store.claim("stdio:z", Owner.this_process(0), ttl=60) == ("stdio:z", True)
 
 
 async def test_an_owner_on_another_host_is_alive_while_its_lease_runs(store: Store) -> None:
