@@ -19,6 +19,7 @@ from mcp import types
 from mcp_loop_guard.core.state import State
 from mcp_loop_guard.store import SqliteStore
 from tests.harness import ABORT_EXIT_CODE, Connector, CountingUpstream, action, texts
+from tests.http_harness import free_port
 
 pytestmark = [pytest.mark.e2e, pytest.mark.anyio]
 
@@ -110,7 +111,7 @@ async def test_state_reset_lifts_an_abort_for_the_next_guard(connect: Connector,
 
 
 async def test_state_reset_of_an_unknown_key_exits_1_and_bad_usage_exits_2(tmp_path: Path) -> None:
-    """No such key: exit 1, the store untouched; no subcommand, a memory store or an unknown store: exit 2."""
+    """No such key or no store to reach: exit 1, one line; no subcommand, a memory or unknown store: exit 2."""
     path = tmp_path / "other.sqlite3"
     store = SqliteStore(path)
     await store.save("agent:kept", State(), ttl=600)
@@ -120,9 +121,13 @@ async def test_state_reset_of_an_unknown_key_exits_1_and_bad_usage_exits_2(tmp_p
     missing = await state_command("reset", "agent:nope", "--state", spec)
     kept = await state_command("list", "--json", "--state", spec)
     usage = [await state_command(*args) for args in ([], ["list", "--state", "memory"], ["list", "--state", "ftp://x"])]
+    unreachable = await state_command("list", "--state", f"redis://127.0.0.1:{free_port()}/0")
 
     assert missing[0] == 1, missing
     assert "agent:nope" in missing[2]
     assert [entry["key"] for entry in json.loads(kept[1])] == ["agent:kept"]
     assert [code for code, _, _ in usage] == [2, 2, 2], usage
     assert all(out == "" for _, out, _ in usage), usage
+    assert unreachable[0] == 1, unreachable
+    assert unreachable[2].startswith("mcp-loop-guard: error: redis (redis://127.0.0.1:"), unreachable
+    assert "Traceback" not in unreachable[2], unreachable

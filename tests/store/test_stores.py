@@ -259,6 +259,8 @@ async def test_redis_down_is_a_store_error_within_the_timeout_and_comes_back(red
     with anyio.fail_after(5):
         with pytest.raises(StoreError):
             await store.load("k")
+        with pytest.raises(StoreError):
+            await store.keys()
     redis_server.start()
     await store.save("k", counted(2), ttl=60)
     loaded = await store.load("k")
