@@ -1,7 +1,8 @@
-"""A real redis-server (or valkey-server) on a free port, started by the test that needs it."""
+"""A real redis-server (or valkey-server) on a free port, started by the test that needs it; files made read-only."""
 
 from __future__ import annotations
 
+import os
 import shutil
 import socket
 import subprocess
@@ -35,6 +36,17 @@ class RedisServer:
     def start(self) -> None:
         """Start it again on the same port, empty."""
         self.process = _spawn(self.port, self.directory)
+
+
+def set_read_only(path: Path, *, read_only: bool) -> None:
+    """chmod for a normal user; root ignores file modes, so it gets the immutable attribute instead."""
+    if os.geteuid() != 0:
+        path.chmod((0o555 if path.is_dir() else 0o444) if read_only else 0o755)
+        return
+    done = subprocess.run(
+        ["chattr", "+i" if read_only else "-i", str(path)], capture_output=True, text=True, check=False
+    )
+    assert done.returncode == 0, f"chattr failed ({done.stderr.strip()}): cannot make a file read-only for root"
 
 
 def _free_port() -> int:

@@ -28,3 +28,19 @@ def test_benchmark_smoke_run(tmp_path: Path) -> None:
     results = json.loads(out.read_text())
     scenarios = {row.get("scenario") for row in results["rows"]}
     assert {"stdio", "fingerprint", "memory"} <= scenarios, scenarios
+
+
+@pytest.mark.e2e
+def test_store_cost_smoke_run() -> None:
+    """`python -m benchmarks.store_cost --size smoke` times every store and sizes the state, in seconds."""
+    done = subprocess.run(
+        [sys.executable, "-m", "benchmarks.store_cost", "--size", "smoke", "--only", "cost", "--only", "size"],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    rows = {line.split("│")[1].strip() for line in done.stdout.splitlines() if line.count("│") > 2}
+    assert {"detector alone", "memory", "sqlite", "redis", "1,000", "largest on the way"} <= rows, done.stdout

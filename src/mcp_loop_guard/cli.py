@@ -36,6 +36,7 @@ examples:
   mcp-loop-guard --warn-threshold 4 --ignore-tools 'todo_*' -- npx -y @modelcontextprotocol/server-everything
   mcp-loop-guard demo
   mcp-loop-guard replay --json events.jsonl          (judge recorded calls with other settings)
+  mcp-loop-guard state list                        (agents in the state store; `state reset KEY` unblocks one)
   mcp-loop-guard wrap --client claude-desktop      (then --write; see `mcp-loop-guard wrap --help`)
 
 exit codes: 0 client closed the session, 1 the upstream could not be started,
@@ -167,6 +168,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         return wrap_main(args_list[1:], undo=args_list[0] == "unwrap")
     if args_list[:1] == ["replay"]:
         return _replay(args_list[1:])
+    if args_list[:1] == ["state"]:
+        from mcp_loop_guard.state_cli import main as state_main  # noqa: PLC0415 - the MCP SDK stays unloaded
+
+        return state_main(args_list[1:])
     if args_list[:1] == ["demo"]:
         from mcp_loop_guard.demo import run_demo  # noqa: PLC0415 - rich loads only for the demo
 

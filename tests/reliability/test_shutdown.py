@@ -5,7 +5,9 @@ with 128 + the signal's number after a signal. Every process is counted before a
 
 from __future__ import annotations
 
+import json
 import signal
+import sys
 from contextlib import suppress
 from pathlib import Path
 
@@ -13,7 +15,15 @@ import anyio
 import psutil
 import pytest
 
-from tests.harness import describe, eventually, fixture_command, marked_processes, wait_processes_gone
+from tests.harness import (
+    FIXTURES_DIR,
+    describe,
+    eventually,
+    fixture_command,
+    marked_processes,
+    read_json_lines,
+    wait_processes_gone,
+)
 from tests.reliability.wire import RawConnector, RawGuard, received
 
 pytestmark = [pytest.mark.e2e, pytest.mark.anyio]
@@ -100,3 +110,52 @@ async def test_stop_while_the_upstream_never_answered_initialize(
     assert status is not None, f"the guard was still running {took:.1f}s after {how}: {guard.stderr_text()}"
     assert status == EXPECTED_STATUS[how], guard.stderr_text()
     assert survivors == [], f"left running: {describe(survivors)}"
+
+
+@pytest.mark.parametrize("how", HOW)
+async def test_an_upstream_that_exits_on_eof_is_gone_before_the_guard_and_never_signalled(
+    raw_guard: RawConnector, line_log: Path, how: str
+) -> None:
+    """Stopping the guard closes its upstream's stdin first: the upstream exits on EOF, then the guard exits."""
+    command = fixture_command("lifecycle_server")
+    async with raw_guard(command, env={"LINE_SERVER_LOG": str(line_log)}) as guard:
+        upstream = guard.upstream()
+        await _stop(guard, how)
+        status = await guard.wait_exit(within=5)
+        upstream_left = upstream.is_running() and upstream.status() != psutil.STATUS_ZOMBIE
+        events = [(entry["event"], entry.get("name")) for entry in read_json_lines(line_log) if "event" in entry]
+
+    assert status == EXPECTED_STATUS[how], guard.stderr_text()
+    assert not upstream_left, f"the upstream outlived the guard: {describe([upstream])}"
+    # It saw its stdin close and ended by itself: no SIGTERM or SIGKILL was needed, so no grace was waited.
+    assert events == [("start", None), ("eof", None)], events
+
+
+@pytest.mark.parametrize("how", HOW)
+async def test_several_upstreams_that_exit_on_eof_are_gone_before_the_guard_and_never_signalled(
+    raw_guard: RawConnector, tmp_path: Path, how: str
+) -> None:
+    """Two stdio upstreams (the aggregating path): both see their stdin close and exit by themselves first."""
+    logs = {name: tmp_path / f"{name}.jsonl" for name in ("first", "second")}
+    servers = {
+        name: {
+            "command": sys.executable,
+            "args": [str(FIXTURES_DIR / "lifecycle_server.py")],
+            "env": {"LINE_SERVER_LOG": str(log)},
+        }
+        for name, log in logs.items()
+    }
+    config = tmp_path / "mcp.json"
+    config.write_text(json.dumps({"mcpServers": servers}), encoding="utf-8")
+    async with raw_guard([], guard_args=["--config", str(config)]) as guard:
+        upstreams = [child for child in psutil.Process(guard.process.pid).children() if child.is_running()]
+        await _stop(guard, how)
+        status = await guard.wait_exit(within=5)
+        left = [process for process in upstreams if process.is_running() and process.status() != psutil.STATUS_ZOMBIE]
+
+    assert status == EXPECTED_STATUS[how], guard.stderr_text()
+    assert len(upstreams) == 2, describe(upstreams)
+    assert left == [], f"upstreams outlived the guard: {describe(left)}"
+    for log in logs.values():
+        events = [(entry["event"], entry.get("name")) for entry in read_json_lines(log) if "event" in entry]
+        assert events == [("start", None), ("eof", None)], events

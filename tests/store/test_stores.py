@@ -7,7 +7,8 @@ import socket
 import subprocess
 import sys
 import textwrap
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import anyio
@@ -16,7 +17,7 @@ import pytest
 from mcp_loop_guard.core.state import State
 from mcp_loop_guard.store import MemoryStore, Owner, SqliteStore, Store, StoreError, open_store
 from mcp_loop_guard.store.redis import RedisStore
-from tests.redis_harness import RedisServer
+from tests.redis_harness import RedisServer, set_read_only
 
 pytestmark = pytest.mark.anyio
 
@@ -109,6 +110,27 @@ async def test_a_reused_pid_is_not_the_same_owner(store: Store) -> None:
     assert await store.claim("stdio:y", Owner.this_process(0), ttl=60) == ("stdio:y", True)
 
 
+@contextmanager
+def _unreaped_child() -> Iterator[tuple[int, float]]:
+    """A child process that has exited and is not waited for yet (a zombie): its pid and start time."""
+    child = subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.read()"], stdin=subprocess.PIPE)
+    started = _started(child.pid)
+    assert child.stdin is not None
+    child.stdin.close()  # it reads EOF and exits
+    os.waitid(os.P_PID, child.pid, os.WEXITED | os.WNOWAIT)  # it has exited; it stays a zombie
+    try:
+        yield child.pid, started
+    finally:
+        child.wait(10)
+
+
+async def test_an_owner_that_exited_but_is_not_yet_reaped_is_not_alive(store: Store) -> None:
+    """A guard killed and not yet waited for by its client (a zombie): its key is free."""
+    with _unreaped_child() as (pid, started):
+        await store.claim("stdio:z", Owner(socket.gethostname(), pid, started, 0), ttl=60)
+        assert await store.claim("stdio:z", Owner.this_process(0), ttl=60) == ("stdio:z", True)
+
+
 async def test_an_owner_on_another_host_is_alive_while_its_lease_runs(store: Store) -> None:
     """From another host only the lease can be checked."""
     import time
@@ -187,17 +209,6 @@ async def test_a_corrupt_sqlite_file_is_set_aside_and_a_new_one_started(tmp_path
     await store.aclose()
 
 
-def _set_read_only(path: Path, *, read_only: bool) -> None:
-    """chmod for a normal user; root ignores file modes, so it gets the immutable attribute instead."""
-    if os.geteuid() != 0:
-        path.chmod((0o555 if path.is_dir() else 0o444) if read_only else 0o755)
-        return
-    done = subprocess.run(
-        ["chattr", "+i" if read_only else "-i", str(path)], capture_output=True, text=True, check=False
-    )
-    assert done.returncode == 0, f"chattr failed ({done.stderr.strip()}): cannot make a file read-only for root"
-
-
 async def test_a_read_only_sqlite_file_raises_store_errors_not_crashes(tmp_path: Path) -> None:
     """A file the guard may not change: writes fail as StoreError, reads still work."""
     directory = tmp_path / "ro"
@@ -208,7 +219,7 @@ async def test_a_read_only_sqlite_file_raises_store_errors_not_crashes(tmp_path:
     await first.aclose()
     for name in ("state.sqlite3-wal", "state.sqlite3-shm"):
         (directory / name).unlink(missing_ok=True)
-    _set_read_only(path, read_only=True)
+    set_read_only(path, read_only=True)
     try:
         store = SqliteStore(path)
         with pytest.raises(StoreError, match="readonly"):
@@ -218,7 +229,7 @@ async def test_a_read_only_sqlite_file_raises_store_errors_not_crashes(tmp_path:
         assert loaded.blocks == 1
         await store.aclose()
     finally:
-        _set_read_only(path, read_only=False)
+        set_read_only(path, read_only=False)
 
 
 async def test_a_locked_sqlite_file_is_waited_on_for_the_timeout_only(tmp_path: Path) -> None:
@@ -248,6 +259,8 @@ async def test_redis_down_is_a_store_error_within_the_timeout_and_comes_back(red
     with anyio.fail_after(5):
         with pytest.raises(StoreError):
             await store.load("k")
+        with pytest.raises(StoreError):
+            await store.keys()
     redis_server.start()
     await store.save("k", counted(2), ttl=60)
     loaded = await store.load("k")

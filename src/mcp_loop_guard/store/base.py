@@ -61,7 +61,7 @@ class Owner:
 
 
 def process_start_time(pid: int) -> float | None:
-    """When ``pid`` started (clock ticks since boot, from /proc), or None when it does not exist.
+    """When ``pid`` started (clock ticks since boot, from /proc), or None when it does not run (or is a zombie).
 
     Where /proc is missing, existence is all that can be checked; 0.0 then stands for "alive".
     """
@@ -74,6 +74,8 @@ def process_start_time(pid: int) -> float | None:
         return _exists(pid)
     # The command name (field 2) may hold spaces and parentheses: split after its last ")".
     fields = text.rpartition(")")[2].split()
+    if fields[:1] in (["Z"], ["X"]):  # exited, not yet reaped by its parent: gone all the same
+        return None
     try:
         return float(fields[19])
     except (IndexError, ValueError):

@@ -163,7 +163,7 @@ class RedisStore:
         """Every agent key (SCAN), with its remaining time and owner."""
         found: list[KeyInfo] = []
         now = self._clock()
-        names = [name async for name in self._redis.scan_iter(match=PREFIX + "s:*", count=500)]
+        names = await self._call(self._scan())
         for name in sorted(names):
             key = name[len(PREFIX) + 2 :]
             pipeline = self._redis.pipeline(transaction=False).get(name).pttl(name).get(PREFIX + "o:" + key)
@@ -171,6 +171,9 @@ class RedisStore:
             if value is not None:
                 found.append(KeyInfo(key, read_state(value), now + max(0, int(left)) / 1000, _owner(owner or "")))
         return found
+
+    async def _scan(self) -> list[str]:
+        return [name async for name in self._redis.scan_iter(match=PREFIX + "s:*", count=500)]
 
     async def reset(self, key: str) -> bool:
         """Delete the key's state."""

@@ -118,7 +118,8 @@ async def _watch_signals(ending: Ending) -> None:
             if not ending.done.is_set():
                 logger.info("received %s; stopping the upstreams and exiting", signal.Signals(signum).name)
                 ending.end("signal", signum)
-            terminate_all_now()
+                continue  # the upstreams are asked to stop as on EOF: stdin closed first, then SIGTERM
+            terminate_all_now()  # a second signal cuts their grace short
 
 
 def _start_failure(exc: BaseException) -> BaseException | None:

@@ -79,6 +79,7 @@ async def _watch_signals(ending: Ending) -> None:
             if not ending.done.is_set():
                 logger.info("received %s; stopping the upstream and exiting", signal.Signals(signum).name)
                 ending.end("signal", signum)
+                continue  # the upstream is asked to stop as on EOF: stdin closed first, then SIGTERM
             terminate_all_now()  # a second signal cuts the upstream's grace short
 
 
