@@ -11,10 +11,7 @@ configured, closed (the call is refused with a message saying why); it recovers 
 from __future__ import annotations
 
 import logging
-import time
 from dataclasses import dataclass
-
-import anyio
 
 from mcp_loop_guard.core import detector
 from mcp_loop_guard.core.detector import Call, Outcome, Ticket
@@ -25,8 +22,6 @@ from mcp_loop_guard.store.base import Store, StoreError
 
 logger = logging.getLogger(__name__)
 
-WRITE_EVERY = 0.05
-"""Seconds between two write-behind saves of an owned key: a burst of calls costs one write."""
 LOG_INTERVAL = 60.0
 """Seconds between two log lines about one failing store."""
 UNAVAILABLE = (
@@ -92,33 +87,6 @@ class AgentLoop:
         """The state as last seen: authoritative for an owned key, a fallback for a shared one."""
         self.begun = 0
         """Calls begun in this process: the event log's order of begins, for replay."""
-        self._changed: anyio.Event | None = None
-        """Set when the state changed and :meth:`write_behind` runs to save it."""
-
-    async def write_behind(self) -> None:
-        """Save an owned key's state behind the calls, off their path: soon after a change, at most every WRITE_EVERY.
-
-        A refusal and a call with side effects are still written before the call goes on;
-        :meth:`flush` writes the rest at exit. A guard killed outright loses at most the
-        last WRITE_EVERY seconds of plain calls.
-        """
-        if self.store.shared:
-            return
-        self._changed = anyio.Event()
-        try:
-            while True:
-                await self._changed.wait()
-                self._changed = anyio.Event()
-                await self._save(time.time())
-                await anyio.sleep(WRITE_EVERY)
-        finally:
-            self._changed = None
-
-    async def _changed_locally(self, now: float) -> None:
-        if self._changed is not None:
-            self._changed.set()
-        else:
-            await self._save(now)
 
     async def begin(self, call: Call, policy: Policy, now: float) -> tuple[Ticket | None, Verdict]:
         """See :func:`mcp_loop_guard.core.detector.begin`."""
@@ -153,7 +121,7 @@ class AgentLoop:
                 return verdict
         verdict = detector.finish(self.state, ticket, outcome, self.session, now)
         if not self.store.shared:
-            await self._changed_locally(now)
+            await self._save(now)
         return verdict
 
     async def abandon(self, ticket: Ticket, now: float) -> None:
@@ -170,7 +138,7 @@ class AgentLoop:
                 return
         detector.abandon(self.state, ticket, self.session, now)
         if not self.store.shared:
-            await self._changed_locally(now)
+            await self._save(now)
 
     async def flush(self, now: float) -> None:
         """Write the state now (at exit)."""

@@ -129,8 +129,6 @@ async def stdio_agent(plan: Plan, spec: ServerSpec, store: Store, health: StoreH
         async with anyio.create_task_group() as tg:
             if store.shared:
                 tg.start_soon(_renew, store, key, owner)
-            else:
-                tg.start_soon(agent.write_behind)
             yield agent
             tg.cancel_scope.cancel()
     finally:
