@@ -361,7 +361,9 @@ def _section(
         try:
             values = model.model_validate(values).model_dump(exclude_unset=True, exclude_none=True)
         except ValidationError as error:
-            problems.extend((keys[str(issue["loc"][0])], _problem(issue)) for issue in error.errors())
+            problems.extend(
+                (_path(keys[str(issue["loc"][0])], issue["loc"][1:]), _problem(issue)) for issue in error.errors()
+            )
     return FileSettings(values, keys, file)
 
 

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from mcp_loop_guard.config import GuardConfig, StdioServer
 from mcp_loop_guard.core.policy import Policy
-from mcp_loop_guard.policies import PolicyTable, overridden
+from mcp_loop_guard.policies import PolicyTable, overridden, server_budgets
 from mcp_loop_guard.settings import FileSettings, Settings
 
 __all__ = ["Limits", "Plan", "plan"]
@@ -75,7 +76,8 @@ def plan(config: GuardConfig, settings: Settings) -> Plan:
     Raises:
         SettingsError: a bad per-server or per-tool override, named by its file key.
     """
-    session = settings.to_policy()
+    with_budgets = settings.to_policy()
+    session = dataclasses.replace(with_budgets, budgets=())  # each route gets the budgets that cover it
     prefixed = len(config.servers) > 1
     servers = {
         spec.name: overridden(
@@ -92,5 +94,14 @@ def plan(config: GuardConfig, settings: Settings) -> Plan:
         for spec in config.servers
         if spec.policy.get("tools")
     }
-    table = PolicyTable(session, servers, server_tools, config.tools, prefixed)
+    budgets = {spec.name: server_budgets(spec.name, spec.policy) for spec in config.servers if spec.policy}
+    table = PolicyTable(
+        session,
+        servers,
+        server_tools,
+        config.tools,
+        prefixed,
+        with_budgets.budgets,
+        {name: found for name, found in budgets.items() if found},
+    )
     return Plan(config, settings, table)

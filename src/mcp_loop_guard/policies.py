@@ -17,11 +17,13 @@ from typing import Any, ClassVar
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 from pydantic.alias_generators import to_camel
 
+from mcp_loop_guard.budgets import BudgetSpec, budgets_of, parse_budgets
 from mcp_loop_guard.core import Mode, Policy, ScrubRules
+from mcp_loop_guard.core.budget import Budget
 from mcp_loop_guard.core.scrub import PRESETS
 from mcp_loop_guard.settings import FileSettings, SettingsError, split_list
 
-__all__ = ["PER_SERVER", "PolicySpec", "PolicyTable", "ToolSpec", "overridden"]
+__all__ = ["PER_SERVER", "PolicySpec", "PolicyTable", "ToolSpec", "overridden", "server_budgets"]
 
 _CACHE_LIMIT = 10_000
 
@@ -88,10 +90,18 @@ class ToolSpec(BaseModel):
 
 
 class PolicySpec(ToolSpec):
-    """What one server may override: everything a tool may, its own ignore list, and its tools' overrides."""
+    """What one server may override: everything a tool may, its own ignore list, its tools' overrides, its budgets."""
 
     ignore_tools: tuple[str, ...] | None = None
     tools: dict[str, ToolSpec] | None = None
+    budgets: tuple[BudgetSpec, ...] | None = None
+    """Budgets over this server's own tool names, on top of the session's."""
+
+    @field_validator("budgets", mode="before")
+    @classmethod
+    def _parse_budgets(cls, value: object) -> object:
+        """The same forms as LOOP_GUARD_BUDGETS."""
+        return parse_budgets(value)
 
     @field_validator("ignore_tools", mode="before")
     @classmethod
@@ -131,7 +141,7 @@ def overridden(
             for issue in error.errors()
         ]
         raise SettingsError(f"invalid {scope} setting: " + "; ".join(problems)) from None
-    given = spec.model_dump(exclude_unset=True, exclude_none=True, exclude={"tools"})
+    given = spec.model_dump(exclude_unset=True, exclude_none=True, exclude={"tools", "budgets"})
     if "ignore_tools" in given:
         given["ignore_tools"] = session_ignores + tuple(prefix + name for name in given["ignore_tools"])
     presets, keys = given.pop("scrub", ()), given.pop("scrub_keys", ())
@@ -164,6 +174,10 @@ class PolicyTable:
     exported_tools: tuple[tuple[str, Mapping[str, Any]], ...] = ()
     """(pattern over the names the client sees, overrides), in file order."""
     prefixed: bool = False
+    budgets: tuple[Budget, ...] = ()
+    """The session's budgets, over the names the client sees."""
+    server_budgets: Mapping[str, tuple[Budget, ...]] = field(default_factory=dict)
+    """Per server: its budgets, over the server's own tool names."""
     _cache: dict[tuple[str, str], Policy] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -196,9 +210,22 @@ class PolicyTable:
             if fnmatchcase(tool, pattern):
                 policy = overridden(policy, overrides, kind=ToolSpec)
                 break
+        covering = tuple(budget for budget in self.budgets if fnmatchcase(exported, budget.pattern)) + tuple(
+            budget for budget in self.server_budgets.get(server, ()) if fnmatchcase(tool, budget.pattern)
+        )
+        if covering != policy.budgets:
+            policy = dataclasses.replace(policy, budgets=covering)
         return policy
 
     @property
     def mode(self) -> Mode:
         """The session's mode."""
         return self.session.mode
+
+
+def server_budgets(name: str, overrides: Mapping[str, Any]) -> tuple[Budget, ...]:
+    """A server's ``budgets`` section (checked when the config was loaded) as the core's budgets."""
+    given = overrides.get("budgets")
+    if not given:
+        return ()
+    return budgets_of(PolicySpec.model_validate({"budgets": given}).budgets or (), name)

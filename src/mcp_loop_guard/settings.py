@@ -26,6 +26,7 @@ from pydantic_settings import (
     SettingsConfigDict,
 )
 
+from mcp_loop_guard.budgets import SHORT_FORM, BudgetSpec, budgets_of, parse_budgets
 from mcp_loop_guard.core import Mode, Policy, ScrubRules
 from mcp_loop_guard.core.scrub import PRESETS
 from mcp_loop_guard.store import store_kind
@@ -155,6 +156,11 @@ class Settings(BaseSettings):
         default="enforce",
         description="enforce: warn, refuse, abort; warn: only warnings; shadow: nothing the model sees, only logs.",
     )
+    budgets: Annotated[tuple[BudgetSpec, ...], NoDecode] = Field(
+        default=(),
+        description="Caps on one agent's calls, loops or not: search_*=20/3600 allows 20 calls to search_* an hour.",
+        json_schema_extra={"accepted": SHORT_FORM},
+    )
     event_log: str | None = Field(
         default=None, description="Append one JSON line per tool call and its verdict to this file (for replay)."
     )
@@ -271,6 +277,12 @@ class Settings(BaseSettings):
     def _split_list(cls, value: object) -> object:
         """Accept "a, b,c" as well as a list; trim entries and drop empty ones."""
         return split_list(value)
+
+    @field_validator("budgets", mode="before")
+    @classmethod
+    def _parse_budgets(cls, value: object) -> object:
+        """The short form (search_*=20/3600,200) or a JSON list; a config file gives a list of objects."""
+        return parse_budgets(value)
 
     @field_validator("log_level", "transport", "log_format", "mode", "state_fail", mode="before")
     @classmethod
@@ -391,6 +403,7 @@ class Settings(BaseSettings):
             quiet_seconds=self.quiet_seconds,
             scrub=ScrubRules(presets=self.scrub, keys=self.scrub_keys),
             mode=Mode(self.mode),
+            budgets=budgets_of(self.budgets),
         )
 
     def tokens(self) -> dict[str, str]:
@@ -574,15 +587,19 @@ def _explain(error: ValidationError, given: Mapping[str, Any], file_values: Mapp
             continue
         variable = ENV_PREFIX + name.upper()
         value = "<hidden>" if fields[name].annotation == SecretStr | None else repr(issue["input"])
+        inner = "".join(f"[{part}]" if isinstance(part, int) else f".{to_camel(part)}" for part in issue["loc"][1:])
         if name in given:
-            origin = f"{variable}={value} (from --{name.replace('_', '-')})"
+            origin = f"{variable}{inner}={value} (from --{name.replace('_', '-')})"
         elif variable in environment or name not in file_values:
-            origin = f"{variable}={value}"
+            origin = f"{variable}{inner}={value}"
         elif isinstance(file_values, FileSettings) and file_values.file:
-            origin = f"{file_values.key(name)}={value} in {file_values.file}"
+            origin = f"{file_values.key(name)}{inner}={value} in {file_values.file}"
         else:
-            origin = f"loopGuard.{to_camel(name)}={value} in the config file"
-        detail = f"{issue['ctx']['error']}; " if issue["type"] == "value_error" else ""
+            origin = f"loopGuard.{to_camel(name)}{inner}={value} in the config file"
+        if issue["type"] == "value_error":
+            detail = f"{issue['ctx']['error']}; "
+        else:
+            detail = f"{issue['msg'].lower()}; " if inner else ""
         problems.append(f"{origin} is not valid: {detail}expected {_accepted(fields[name])}")
     return (
         "invalid configuration: "

@@ -98,7 +98,7 @@ def wording(budget: Budget, resets_in: float | None, *, held_back: bool = False)
     )
     if held_back:
         return (
-            f"[loop-guard] This call is over this agent's budget of {budget.name} ({when}); "
+            f"This call is over this agent's budget of {budget.name} ({when}); "
             "in enforce mode it would have been refused. Finish with what you have."
         )
     return (

@@ -39,6 +39,8 @@ class Family(StrEnum):
     """A destructive, non-idempotent tool called again with identical arguments."""
     BUDGET = "budget"
     """A configured call budget ran out."""
+    STORE = "store"
+    """Not a loop: the state store could not be reached and the guard is set to fail closed."""
 
 
 class Mode(StrEnum):

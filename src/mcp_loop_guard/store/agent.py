@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 from mcp_loop_guard.core import detector
 from mcp_loop_guard.core.detector import Call, Outcome, Ticket
-from mcp_loop_guard.core.model import Action, Verdict
+from mcp_loop_guard.core.model import Action, Family, Verdict
 from mcp_loop_guard.core.policy import Policy
 from mcp_loop_guard.core.state import State
 from mcp_loop_guard.store.base import Store, StoreError
@@ -157,5 +157,5 @@ class AgentLoop:
         """Record a store failure; the refusal to return when failing closed, else None (judge locally)."""
         self.health.failed(error, now)
         if refusing and self.fail_closed:
-            return Verdict(Action.BLOCK, tool, 0, UNAVAILABLE, self.state.blocks)
+            return Verdict(Action.BLOCK, tool, 0, UNAVAILABLE, self.state.blocks, Family.STORE)
         return None

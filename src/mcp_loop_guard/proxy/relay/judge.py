@@ -67,6 +67,12 @@ class Refusal:
         return self.verdict.action is Action.ABORT
 
 
+_NOT_A_LOOP = {
+    Family.BUDGET: "its call budget is used up",
+    Family.STORE: "the state store is unavailable and the guard fails closed",
+}
+
+
 def _clip(value: object, limit: int = 2000) -> str:
     text = json.dumps(value, default=str, ensure_ascii=False)
     return text if len(text) <= limit else f"{text[:limit]}... ({len(text)} characters)"
@@ -178,6 +184,8 @@ class Judge:
                     family,
                     verdict.streak,
                 )
+            elif verdict.family in {Family.BUDGET, Family.STORE} and judged >= Action.BLOCK:
+                logger.warning("refused tool %r: %s", verdict.tool, _NOT_A_LOOP[verdict.family])
             elif judged is Action.WARN:
                 logger.info("warn tool %r: %s, count %d", verdict.tool, family, verdict.streak)
             else:
