@@ -239,6 +239,11 @@ class Settings(BaseSettings):
         description="Named bearer tokens, name:token pairs separated by commas; loop state keys are kept per name.",
         json_schema_extra={"accepted": "name:token pairs separated by commas (names of letters, digits, _ and -)"},
     )
+    admin_token: SecretStr | None = Field(
+        default=None,
+        description="Bearer token of the admin API (/admin/agents: list agents, reset one); unset: no admin API.",
+        json_schema_extra={"accepted": "a token without spaces or control characters"},
+    )
     trust_key_header: bool = Field(
         default=True,
         description="Key sessionless loop state by the key header; off: by token name (or client address) only.",
@@ -340,7 +345,7 @@ class Settings(BaseSettings):
             raise ValueError(msg)
         return value
 
-    @field_validator("auth_token")
+    @field_validator("auth_token", "admin_token")
     @classmethod
     def _check_token(cls, value: SecretStr | None) -> SecretStr | None:
         """An empty token is a mistake, not "no authentication": fail closed."""

@@ -119,6 +119,11 @@ class KeyInfo:
                 "lastVerdict": state.last_verdict or None,
             }
         )
+        if state.budget_use:
+            info["budgets"] = {
+                key: {"since": round(start, 3), "used": count}
+                for key, (start, count) in sorted(state.budget_use.items())
+            }
         if self.owner is not None:
             info["owner"] = {"host": self.owner.host, "pid": self.owner.pid}
         return info

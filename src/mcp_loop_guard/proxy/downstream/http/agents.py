@@ -20,6 +20,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from mcp_loop_guard.core.model import Mode
+from mcp_loop_guard.core.state import State
 from mcp_loop_guard.plan import Plan
 from mcp_loop_guard.proxy.downstream.agents import agent_loop, judge_for
 from mcp_loop_guard.proxy.relay.events import EventLog
@@ -136,8 +137,7 @@ class Agents:
             except StoreError as error:
                 self.health.failed(error, time.time())
             else:
-                if fresh is not None:
-                    state = loop.state = fresh
+                state = loop.state = fresh if fresh is not None else State()  # gone: expired or reset
         session = self.plan.policy
         if session.mode is not Mode.ENFORCE:
             return 0.0  # warn and shadow modes never refuse, so they never abort

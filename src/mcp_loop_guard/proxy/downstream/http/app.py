@@ -27,6 +27,7 @@ from mcp_loop_guard.config import HttpServer
 from mcp_loop_guard.metrics import Metrics
 from mcp_loop_guard.plan import Plan
 from mcp_loop_guard.proxy.downstream.agents import opened_events, opened_store
+from mcp_loop_guard.proxy.downstream.http.admin import ADMIN_PREFIX, Admin
 from mcp_loop_guard.proxy.downstream.http.agents import Agents
 from mcp_loop_guard.proxy.downstream.http.middleware import AuthGuard, BodyGuard, HostGuard, security_settings
 from mcp_loop_guard.proxy.downstream.http.protocol import OnceInAWhile, protocol_class, raise_open_file_limit
@@ -35,7 +36,7 @@ from mcp_loop_guard.proxy.downstream.sessions import SessionFactory
 from mcp_loop_guard.proxy.relay.session_server import STOPPING
 from mcp_loop_guard.proxy.upstream.child import terminate_all_now
 from mcp_loop_guard.proxy.upstream.pool import Slot
-from mcp_loop_guard.store import MemoryStore, StoreHealth
+from mcp_loop_guard.store import MemoryStore, Store, StoreHealth
 
 logger = logging.getLogger(__name__)
 
@@ -60,10 +61,10 @@ def _slots(plan: Plan) -> list[Slot]:
     return [Slot(spec, shared=not isinstance(spec, HttpServer), limits=plan.limits) for spec in plan.config.servers]
 
 
-def build_app(
-    sessions: GuardSessions, slots: Sequence[Slot], plan: Plan, metrics: Metrics, health: StoreHealth
+def build_app(  # noqa: PLR0917 - what the routes serve, all needed
+    sessions: GuardSessions, slots: Sequence[Slot], plan: Plan, metrics: Metrics, health: StoreHealth, store: Store
 ) -> ASGIApp:
-    """Routes (MCP endpoints, health, readiness, metrics) behind Host/Origin, tokens and body checks."""
+    """Routes (MCP endpoints, health, readiness, metrics, admin) behind Host/Origin, tokens and body checks."""
     settings = plan.settings
 
     async def healthz(request: Request) -> Response:
@@ -99,7 +100,25 @@ def build_app(
     app: ASGIApp = Starlette(routes=routes)
     app = BodyGuard(app, settings.max_request_bytes, settings.body_timeout_seconds, json_paths)
     app = AuthGuard(app, settings.tokens(), open_paths=("/healthz",))
+    if settings.admin_token is not None:
+        admin = Admin(settings.admin_token.get_secret_value(), store, sessions.held)
+        app = _ByPrefix(ADMIN_PREFIX, Starlette(routes=admin.routes()), app)
     return HostGuard(app, security_settings(settings), open_paths=("/healthz",))
+
+
+class _ByPrefix:
+    """Paths under ``prefix`` to one app (with its own authentication), the rest to another."""
+
+    def __init__(self, prefix: str, inner: ASGIApp, rest: ASGIApp) -> None:
+        self.prefix = prefix
+        self.inner = inner
+        self.rest = rest
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and scope["path"].startswith(self.prefix):
+            await self.inner(scope, receive, send)
+        else:
+            await self.rest(scope, receive, send)
 
 
 class _Raw:
@@ -177,7 +196,7 @@ async def _serve(plan: Plan, stop: _Stop) -> None:
                     logger.warning("upstream %r is not ready at start-up: %s", slot.name, slot.detail)
             connections = min(settings.max_connections, max(8, descriptors - DESCRIPTOR_RESERVE))
             config = uvicorn.Config(
-                build_app(sessions, slots, plan, metrics, health),
+                build_app(sessions, slots, plan, metrics, health, store),
                 host=settings.host,
                 port=settings.port,
                 log_config=None,

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Iterator, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from uuid import uuid4
@@ -40,6 +40,7 @@ from mcp_loop_guard.metrics import Metrics
 from mcp_loop_guard.plan import Plan
 from mcp_loop_guard.proxy.compat import handle_modern_request
 from mcp_loop_guard.proxy.downstream.agents import agent_loop, judge_for
+from mcp_loop_guard.proxy.downstream.http.admin import LiveAgent
 from mcp_loop_guard.proxy.downstream.http.agents import Agents, BusyError, KeyedAgent, agent_key
 from mcp_loop_guard.proxy.downstream.http.middleware import reply, token_of
 from mcp_loop_guard.proxy.downstream.sessions import SessionFactory, fixed_judge
@@ -92,6 +93,8 @@ class GuardSessions:
             "/messages/", security_settings=security, max_request_body_size=self.settings.max_request_bytes
         )
         self.live: dict[str, Live] = {}
+        self.sse_live: dict[str, Judge] = {}
+        """Open SSE sessions by agent key, for the admin API."""
         self.keyed_proxy: GuardedProxy | None = None
         self._tg: anyio.abc.TaskGroup | None = None
 
@@ -128,6 +131,15 @@ class GuardSessions:
         while True:
             await anyio.sleep(min(idle, 30.0))
             self.agents.expire(idle)
+
+    def held(self) -> Iterator[LiveAgent]:
+        """Every agent held in memory now: sessions, SSE sessions, keyed agents (for the admin API)."""
+        for live in list(self.live.values()):
+            yield LiveAgent("session", live.judge.agent, live.in_flight)
+        for judge in list(self.sse_live.values()):
+            yield LiveAgent("sse", judge.agent)
+        for agent in list(self.agents.held.values()):
+            yield LiveAgent("keyed", agent.judge.agent, agent.in_flight)
 
     # --- streamable HTTP ------------------------------------------------------------------
 
@@ -315,6 +327,7 @@ class GuardSessions:
         def on_abort(ctx: Context, verdict: Verdict) -> None:
             abort_after.append(ctx.request_id)
 
+        self.sse_live[key] = judge
         with anyio.CancelScope() as cancel:
             async with (
                 self.sse.connect_sse(scope, receive, send) as (read, write),
@@ -329,6 +342,7 @@ class GuardSessions:
                     tg.cancel_scope.cancel()
                 finally:
                     self.metrics.sessions.dec()
+                    self.sse_live.pop(key, None)
         if abort_after:
             logger.warning("SSE session aborted: tool %r kept looping", _tool(judge.aborted))
 
