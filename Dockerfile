@@ -7,8 +7,8 @@ FROM python:3.12-slim AS build
 WORKDIR /src
 COPY pyproject.toml README.md ./
 COPY src ./src
-# The redis extra lets replicas share loop state (LOOP_GUARD_STATE=redis://...).
-RUN pip wheel --no-cache-dir --wheel-dir /wheels '.[redis]' mcp-server-time
+# The redis extra lets replicas share loop state (LOOP_GUARD_STATE=redis://...); otel sends traces (OTEL_*).
+RUN pip wheel --no-cache-dir --wheel-dir /wheels '.[redis,otel]' mcp-server-time
 
 FROM python:3.12-slim
 # tini as PID 1 reaps the stdio servers' children and forwards SIGTERM.
@@ -17,7 +17,7 @@ RUN apt-get update \
     && rm -rf /var/lib/apt/lists/*
 # The wheels are mounted for the install only, so they take no room in the image.
 RUN --mount=type=bind,from=build,source=/wheels,target=/wheels \
-    pip install --no-cache-dir --no-index --find-links /wheels 'mcp-loop-guard[redis]' mcp-server-time
+    pip install --no-cache-dir --no-index --find-links /wheels 'mcp-loop-guard[redis,otel]' mcp-server-time
 # A numeric user, so Kubernetes can check runAsNonRoot without being told the uid.
 RUN groupadd --gid 10001 guard && useradd --create-home --uid 10001 --gid 10001 guard
 COPY configs/mcp.json /config/mcp.json

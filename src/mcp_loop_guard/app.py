@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 
+from mcp_loop_guard import tracing
 from mcp_loop_guard.plan import Plan
 from mcp_loop_guard.proxy.upstream.child import ChildProcess
 
@@ -36,14 +37,15 @@ async def serve(plan: Plan, first: ChildProcess | None = None) -> int:
     ``first``: the upstream child, when it was started before the event loop.
     """
     _announce(plan)
-    if plan.settings.transport == "stdio" and plan.single_stdio is not None:
-        from mcp_loop_guard.proxy.downstream.stdio import serve_pipe  # noqa: PLC0415 - the fast path loads alone
+    with tracing.installed():
+        if plan.settings.transport == "stdio" and plan.single_stdio is not None:
+            from mcp_loop_guard.proxy.downstream.stdio import serve_pipe  # noqa: PLC0415 - the fast path loads alone
 
-        return await serve_pipe(plan, first)
-    if plan.settings.transport == "stdio":
-        from mcp_loop_guard.proxy.downstream.sdk_stdio import serve_sdk_stdio  # noqa: PLC0415
+            return await serve_pipe(plan, first)
+        if plan.settings.transport == "stdio":
+            from mcp_loop_guard.proxy.downstream.sdk_stdio import serve_sdk_stdio  # noqa: PLC0415
 
-        return await serve_sdk_stdio(plan)
-    from mcp_loop_guard.proxy.downstream.http.app import run_http  # noqa: PLC0415 - starlette and uvicorn load only here
+            return await serve_sdk_stdio(plan)
+        from mcp_loop_guard.proxy.downstream.http.app import run_http  # noqa: PLC0415 - starlette, uvicorn load here
 
-    return await run_http(plan)
+        return await run_http(plan)

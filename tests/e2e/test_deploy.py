@@ -199,15 +199,15 @@ def clean_environment(monkeypatch: pytest.MonkeyPatch) -> pytest.MonkeyPatch:
 
 
 def test_dockerfile_installs_the_redis_extra_and_runs_as_a_numeric_non_root_user() -> None:
-    """The image installs mcp-loop-guard[redis], keeps tini as PID 1 and runs as uid 10001 by number."""
+    """The image installs mcp-loop-guard[redis,otel], keeps tini as PID 1 and runs as uid 10001 by number."""
     final = instructions(DOCKERFILE)
     installs = [arguments for name, arguments in final if name == "RUN" and "pip install" in arguments]
     user = [arguments for name, arguments in final if name == "USER"]
     creates = [arguments for name, arguments in final if name == "RUN" and "useradd" in arguments]
 
     assert len(installs) == 1, installs
-    assert "'mcp-loop-guard[redis]'" in installs[0]
-    assert "'.[redis]'" in DOCKERFILE.read_text(encoding="utf-8"), "the build stage builds the redis extra's wheels"
+    assert "'mcp-loop-guard[redis,otel]'" in installs[0]
+    assert "'.[redis,otel]'" in DOCKERFILE.read_text(encoding="utf-8"), "the build stage builds the extras' wheels"
     assert image_command(DOCKERFILE)[:3] == ["tini", "--", "mcp-loop-guard"]
     assert len(user) == 1
     assert re.fullmatch(r"[1-9][0-9]*:[1-9][0-9]*", user[0]), user

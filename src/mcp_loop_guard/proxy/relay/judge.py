@@ -17,12 +17,14 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from mcp_loop_guard import tracing
 from mcp_loop_guard.core.detector import Call, Ticket, call_of, error_outcome, outcome_of
 from mcp_loop_guard.core.model import Action, Family, Verdict
 from mcp_loop_guard.core.policy import Policy
 from mcp_loop_guard.proxy.relay.events import EventLog
 from mcp_loop_guard.proxy.relay.verdicts import refused, warned, without_notes
 from mcp_loop_guard.store.agent import AgentLoop
+from mcp_loop_guard.tracing import CallSpan
 
 logger = logging.getLogger(__name__)
 
@@ -52,6 +54,12 @@ class Pending:
     seq: int = 0
     """The agent's calls begun before this one, plus one: replay begins calls in this order."""
     ended: float | None = None
+    span: CallSpan | None = None
+    """The call's trace span, when OpenTelemetry is on."""
+
+    def trace_meta(self) -> dict[str, str]:
+        """``_meta`` entries that carry this call's trace context to the upstream (none when tracing is off)."""
+        return self.span.carrier() if self.span is not None else {}
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,6 +79,16 @@ _NOT_A_LOOP = {
     Family.BUDGET: "its call budget is used up",
     Family.STORE: "the state store is unavailable and the guard fails closed",
 }
+
+
+def _error_type(answer: Mapping[str, Any] | None) -> str | None:
+    """The span's ``error.type``: a JSON-RPC error, or a tool error result."""
+    if answer is None:
+        return None
+    if "error" in answer:
+        return "jsonrpc_error"
+    result = answer.get("result")
+    return "tool_error" if isinstance(result, Mapping) and result.get("isError") is True else None
 
 
 def _clip(value: object, limit: int = 2000) -> str:
@@ -100,6 +118,7 @@ class Judge:
         self.observe = observe
         self.log_contents = log_contents
         self.clock = clock
+        self.tracing = tracing.current()
         self.aborted: Verdict | None = None
         """The verdict that ended the session, once it has."""
 
@@ -111,8 +130,12 @@ class Judge:
         arguments: object,
         *,
         annotations: Mapping[str, Any] | None = None,
+        trace: Mapping[str, object] | None = None,
     ) -> Pending | Refusal:
-        """Judge a call before it is forwarded: the call goes on (Pending) or is answered now (Refusal)."""
+        """Judge a call before it is forwarded: the call goes on (Pending) or is answered now (Refusal).
+
+        ``trace``: where the client's trace context may be (``traceparent``, ``tracestate``).
+        """
         policy = self.policies(server, upstream_tool)
         arguments_map = arguments if isinstance(arguments, Mapping) else None
         call = call_of(tool, arguments_map, annotations, trusted=policy.trust_annotations)
@@ -125,6 +148,8 @@ class Judge:
         pending = Pending(
             server, tool, call, policy, ticket, verdict, time.perf_counter(), now, arguments, annotations, seq
         )
+        if self.tracing is not None:
+            pending.span = self.tracing.start(tool, server, self.label, trace)
         if verdict.action >= Action.BLOCK:
             self._report(pending, verdict, None)
             if verdict.action is Action.ABORT:
@@ -166,6 +191,8 @@ class Judge:
         """The call ended without an answer (cancelled, upstream gone, timed out): nothing moves."""
         if pending.ticket is not None:
             await self.agent.abandon(pending.ticket, self.clock())
+        if pending.span is not None:
+            pending.span.end(pending.verdict, error="no_answer")
         if self.observe is not None:
             self.observe(pending.server, pending.tool, pending.verdict, time.perf_counter() - pending.started)
 
@@ -197,6 +224,8 @@ class Judge:
                     verdict.streak,
                     verdict.blocks,
                 )
+        if pending.span is not None:
+            pending.span.end(verdict, error=_error_type(answer))
         if self.observe is not None:
             self.observe(pending.server, pending.tool, verdict, time.perf_counter() - pending.started)
         if self.events is not None:

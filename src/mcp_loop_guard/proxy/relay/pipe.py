@@ -53,6 +53,15 @@ class InFlight:
     """A 2026-07-28 request: results the guard writes for it name their type."""
 
 
+def _carry(message: Message, entries: dict[str, str]) -> None:
+    """Put the guard's trace context in a request's ``_meta`` (for the upstream to continue)."""
+    params = message.body.get("params")
+    params = params if isinstance(params, dict) else {}
+    meta = params.get("_meta")
+    message.body["params"] = {**params, "_meta": {**(meta if isinstance(meta, dict) else {}), **entries}}
+    message.changed()
+
+
 def _wrong_shape(result: dict[str, Any]) -> bool:
     """A tools/call result whose content is not a list (interim 2026-07-28 results carry none)."""
     if result.get("resultType") not in (None, "complete"):
@@ -150,8 +159,14 @@ class Pipe:
                 why = "the tool name must be a string" if not isinstance(name, str) else "arguments must be an object"
                 await self.send(wire.error(ident, wire.INVALID_PARAMS, f"Invalid params: {why}").line())
                 return
+            meta = params.get("_meta")
             decision = await self.judge.begin(
-                self.server, name, name, arguments, annotations=await self._annotations(name, params)
+                self.server,
+                name,
+                name,
+                arguments,
+                annotations=await self._annotations(name, params),
+                trace=meta if isinstance(meta, dict) else None,
             )
             if isinstance(decision, Refusal):
                 await self.send(wire.result(ident, complete(decision.result, modern=flight.modern)).line())
@@ -159,6 +174,8 @@ class Pipe:
                     self.on_abort()
                 return
             flight.judged = decision
+            if decision.span is not None:
+                _carry(message, decision.trace_meta())
         elif method == "initialize":
             self.upstream.initialize = message.body
         elif method == "tools/list":

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Awaitable, Callable, Sequence
+from contextlib import nullcontext
 from typing import Any
 
 import anyio
@@ -27,6 +28,7 @@ from mcp_loop_guard.proxy.relay.verdicts import failed
 from mcp_loop_guard.proxy.upstream.links import Link
 from mcp_loop_guard.proxy.upstream.session import UpstreamGoneError
 from mcp_loop_guard.proxy.wire.messages import GUARD_FAULT
+from mcp_loop_guard.tracing import CARRIER_KEYS
 
 logger = logging.getLogger(__name__)
 
@@ -175,14 +177,17 @@ class GuardedProxy:
         server, upstream_name = route
         judge = await self.judge_of(ctx)
         annotations = await self.aggregate.annotations(ctx, server, upstream_name)
-        decision = await judge.begin(server, params.name, upstream_name, params.arguments, annotations=annotations)
+        decision = await judge.begin(
+            server, params.name, upstream_name, params.arguments, annotations=annotations, trace=_trace_of(ctx, params)
+        )
         if isinstance(decision, Refusal):
             if decision.abort:
                 self.on_abort(ctx, decision.verdict)
             return for_era(ctx, decision.result)
         forwarded = params if upstream_name == params.name else params.model_copy(update={"name": upstream_name})
         try:
-            result = await self.relay(ctx, server, "tools/call", forwarded)
+            with decision.span.current() if decision.span is not None else nullcontext():
+                result = await self.relay(ctx, server, "tools/call", forwarded)
         except MCPError as exc:
             if isinstance(exc.error.data, dict) and GUARD_FAULT in exc.error.data:
                 # A failure the guard saw (upstream gone, timeout, oversized or malformed answer):
@@ -198,3 +203,13 @@ class GuardedProxy:
             raise
         changed = await judge.finish(decision, result)
         return for_era(ctx, changed) if changed is not None else result
+
+
+def _trace_of(ctx: Context, params: types.CallToolRequestParams) -> dict[str, object]:
+    """Where the client's trace context may be: the HTTP request's headers, then the request's ``_meta``."""
+    headers = getattr(ctx.request, "headers", None)
+    found: dict[str, object] = {}
+    if headers is not None:
+        found.update({key: value for key in CARRIER_KEYS if (value := headers.get(key)) is not None})
+    found.update(params.meta or {})
+    return found

@@ -1,0 +1,130 @@
+"""OpenTelemetry end to end: spans at a real OTLP endpoint, verdict events, the client's trace continued upstream."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import anyio
+import pytest
+
+from tests.harness import Connector, CountingUpstream, tapped, wiretap_command
+from tests.http_harness import KEY_HEADER, Rig, payload_for, raw_call, serve_guard
+from tests.otlp_receiver import ReceivedSpan, Receiver, otlp_receiver
+
+pytestmark = pytest.mark.anyio
+
+TRACE_ID = "4bf92f3577b34da6a3ce929d0e0e4736"
+CLIENT_SPAN = "00f067aa0ba902b7"
+TRACEPARENT = f"00-{TRACE_ID}-{CLIENT_SPAN}-01"
+SERVER_KIND = 2
+"""``SPAN_KIND_SERVER`` in the OTLP protobuf."""
+ERROR = 2
+"""``STATUS_CODE_ERROR``."""
+
+
+@pytest.fixture
+def receiver() -> Iterator[Receiver]:
+    with otlp_receiver() as found:
+        yield found
+
+
+def otel_env(receiver: Receiver) -> dict[str, str]:
+    """What an operator sets: the endpoint (traces only), a short batch delay so spans come promptly."""
+    return {"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": receiver.endpoint, "OTEL_BSP_SCHEDULE_DELAY": "50"}
+
+
+def guard_spans(receiver: Receiver) -> list[ReceivedSpan]:
+    """The guard's own spans (the MCP SDK's spans, on the HTTP path, come too)."""
+    return [span for span in receiver.received() if span.scope == "mcp-loop-guard"]
+
+
+async def spans_of(receiver: Receiver, count: int) -> list[ReceivedSpan]:
+    with anyio.fail_after(20):
+        while len(guard_spans(receiver)) < count:  # noqa: ASYNC110 - another process sends them
+            await anyio.sleep(0.05)
+    return guard_spans(receiver)
+
+
+async def test_the_stdio_relay_sends_a_span_per_call_with_verdict_events_and_continues_the_trace(
+    connect: Connector, counting: CountingUpstream, receiver: Receiver, tmp_path: Path
+) -> None:
+    """Five identical calls with the client's traceparent: five spans in its trace, warn and block events, no args."""
+    tap = tmp_path / "tap.jsonl"
+    env = {**counting.env, **otel_env(receiver)}
+    async with connect.guard_process(wiretap_command(tap, counting.command), env=env) as guard:
+        with anyio.fail_after(30):
+            for _ in range(5):
+                await guard.session.call_tool("echo", {"text": "secret-argument"}, meta={"traceparent": TRACEPARENT})
+        await guard.close_stdin()
+        with anyio.fail_after(10):
+            await guard.wait_exit()
+    spans = await spans_of(receiver, 5)
+    assert [span.name for span in spans] == ["tools/call echo"] * 5
+    for span in spans:
+        assert (span.trace_id, span.parent_span_id, span.kind) == (TRACE_ID, CLIENT_SPAN, SERVER_KIND)
+        assert span.attributes["mcp.method.name"] == "tools/call"
+        assert span.attributes["gen_ai.tool.name"] == "echo"
+        assert span.attributes["gen_ai.operation.name"] == "execute_tool"
+        assert span.attributes["mcp.session.id"]
+        assert span.service == "mcp-loop-guard"
+        assert "secret-argument" not in json.dumps([span.attributes, span.events])
+    assert [span.attributes["mcp_loop_guard.verdict"] for span in spans] == ["allow", "allow", "warn", "warn", "block"]
+    assert [[name for name, _ in span.events] for span in spans] == [
+        [],
+        [],
+        ["mcp_loop_guard.warn"],
+        ["mcp_loop_guard.warn"],
+        ["mcp_loop_guard.block"],
+    ]
+    assert spans[4].events[0][1]["mcp_loop_guard.family"] == "identical"
+    assert spans[4].events[0][1]["mcp_loop_guard.count"] == 5
+    assert (spans[4].status_code, spans[4].attributes["error.type"]) == (ERROR, "mcp_loop_guard.refused")
+    # The upstream got the guard's span as the parent of its own work, in the same trace.
+    forwarded = tapped(tap, "server", "tools/call")
+    assert len(forwarded) == 4
+    for message, span in zip(forwarded, spans, strict=False):
+        assert message["params"]["_meta"]["traceparent"] == f"00-{TRACE_ID}-{span.span_id}-01"
+
+
+async def test_the_http_guard_continues_a_trace_from_the_request_headers(
+    rig: Rig, counting: CountingUpstream, receiver: Receiver
+) -> None:
+    """Over HTTP (SDK path, keyed sessionless requests) the traceparent header is the span's parent."""
+    env = {**counting.env, **otel_env(receiver), "LOOP_GUARD_STATE": "memory"}
+    argv = ["--stateless", "--", *counting.command]
+    async with serve_guard(argv, marker=rig.marker, stderr=rig.log("guard"), env=env) as guard:
+        with anyio.fail_after(30):
+            response = await raw_call(
+                guard.mcp_url, "echo", {"text": "x"}, {KEY_HEADER: "traced", "traceparent": TRACEPARENT}
+            )
+        assert payload_for(response, 1)["result"]["content"]
+        spans = await spans_of(receiver, 1)
+        with anyio.fail_after(20):
+            while not [s for s in receiver.received() if s.parent_span_id == spans[0].span_id]:  # noqa: ASYNC110
+                await anyio.sleep(0.05)
+    assert spans[0].trace_id == TRACE_ID
+    assert spans[0].parent_span_id == CLIENT_SPAN
+    assert spans[0].attributes["mcp_loop_guard.server"]
+    # The SDK's client span for the upstream request nests under the guard's span.
+    (upstream_call,) = [span for span in receiver.received() if span.parent_span_id == spans[0].span_id]
+    assert upstream_call.trace_id == TRACE_ID
+    assert upstream_call.attributes["mcp.method.name"] == "tools/call"
+
+
+async def test_without_an_exporter_configured_nothing_is_traced_and_otel_is_not_loaded() -> None:
+    """No OTEL_* variables: the guard does not even import OpenTelemetry."""
+    probe = (
+        "import sys, anyio\n"
+        "from mcp_loop_guard import tracing\n"
+        "with tracing.installed({}):\n"
+        "    assert tracing.current() is None\n"
+        "from mcp_loop_guard.proxy.relay import judge\n"
+        "print(any(name.startswith('opentelemetry') for name in sys.modules))\n"
+    )
+    env = {key: value for key, value in os.environ.items() if not key.startswith("OTEL_")}
+    done = await anyio.run_process([sys.executable, "-c", probe], env=env)
+    assert done.stdout.decode().strip() == "False"
