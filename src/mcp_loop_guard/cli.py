@@ -282,7 +282,7 @@ def _start(args_list: list[str], early: ChildProcess | UpstreamStartError | None
         else:
             config = stdio_command_config(command, args.cwd)
         settings = load_settings(config.settings, **overrides)
-        decided = plan(config, settings)
+        decided = plan(config, settings, overrides)
     except (ConfigError, SettingsError) as exc:
         print(f"mcp-loop-guard: error: {exc}", file=sys.stderr)
         return EXIT_USAGE

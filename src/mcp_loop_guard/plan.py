@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from mcp_loop_guard.config import GuardConfig, StdioServer
 from mcp_loop_guard.core.policy import Policy
-from mcp_loop_guard.policies import PolicyTable, overridden, server_budgets
+from mcp_loop_guard.policies import PolicyTable, Rules, overridden, server_budgets
 from mcp_loop_guard.settings import FileSettings, Settings
 
 __all__ = ["Limits", "Plan", "plan"]
@@ -32,7 +32,10 @@ class Plan:
 
     config: GuardConfig
     settings: Settings
-    policies: PolicyTable
+    policies: Rules
+    """The policies in force (a config reload swaps them in place)."""
+    overrides: Mapping[str, Any] = field(default_factory=dict)
+    """Settings given on the command line, kept for a config reload (they win over the file)."""
 
     @property
     def policy(self) -> Policy:
@@ -67,7 +70,7 @@ def _without_tools(overrides: Mapping[str, Any]) -> Mapping[str, Any]:
     return kept
 
 
-def plan(config: GuardConfig, settings: Settings) -> Plan:
+def plan(config: GuardConfig, settings: Settings, overrides: Mapping[str, Any] | None = None) -> Plan:
     """Resolve the policies.
 
     With several upstreams the detector sees exported names (``server__tool``), so a server's
@@ -104,4 +107,4 @@ def plan(config: GuardConfig, settings: Settings) -> Plan:
         with_budgets.budgets,
         {name: found for name, found in budgets.items() if found},
     )
-    return Plan(config, settings, table)
+    return Plan(config, settings, Rules(table), dict(overrides or {}))

@@ -23,7 +23,7 @@ from mcp_loop_guard.core.budget import Budget
 from mcp_loop_guard.core.scrub import PRESETS
 from mcp_loop_guard.settings import FileSettings, SettingsError, split_list
 
-__all__ = ["PER_SERVER", "PolicySpec", "PolicyTable", "ToolSpec", "overridden", "server_budgets"]
+__all__ = ["PER_SERVER", "PolicySpec", "PolicyTable", "Rules", "ToolSpec", "overridden", "server_budgets"]
 
 _CACHE_LIMIT = 10_000
 
@@ -229,3 +229,30 @@ def server_budgets(name: str, overrides: Mapping[str, Any]) -> tuple[Budget, ...
     if not given:
         return ()
     return budgets_of(PolicySpec.model_validate({"budgets": given}).budgets or (), name)
+
+
+class Rules:
+    """The policies in force. A config reload swaps the table; the next call is judged by the new one."""
+
+    def __init__(self, table: PolicyTable) -> None:
+        """Start with ``table``."""
+        self.table = table
+
+    def __call__(self, server: str, tool: str) -> Policy:
+        """The policy judging calls routed to ``server``'s own tool ``tool``."""
+        return self.table(server, tool)
+
+    @property
+    def session(self) -> Policy:
+        """The session's policy (request window, abort count, mode)."""
+        return self.table.session
+
+    @property
+    def prefixed(self) -> bool:
+        """Tools are exported as ``server__name``."""
+        return self.table.prefixed
+
+    @property
+    def mode(self) -> Mode:
+        """The session's mode."""
+        return self.table.mode

@@ -25,7 +25,7 @@ from mcp_loop_guard.core.model import Action, Verdict
 from mcp_loop_guard.core.policy import Policy
 from mcp_loop_guard.core.scrub import PRESETS, ScrubRules
 from mcp_loop_guard.core.state import DIGEST, State
-from mcp_loop_guard.policies import PolicyTable
+from mcp_loop_guard.policies import Rules
 
 __all__ = ["Line", "TraceError", "judge_trace", "read_trace", "suggest_scrub"]
 
@@ -156,7 +156,7 @@ class _Session:
     closed: bool = False
 
 
-def judge_trace(lines: Iterable[Line], policies: PolicyTable, server: str = "") -> list[Judged]:
+def judge_trace(lines: Iterable[Line], policies: Rules, server: str = "") -> list[Judged]:
     """Judge every line, session by session, as the live guard would.
 
     A session whose lines record the order of begins (``seq`` and ``begun``, as the event log
@@ -188,7 +188,7 @@ def judge_trace(lines: Iterable[Line], policies: PolicyTable, server: str = "") 
     return [judged[line.number] for line in ordered]
 
 
-def _judge_in_order(lines: list[Line], session: _Session, policies: PolicyTable) -> Iterator[tuple[Line, Judged]]:
+def _judge_in_order(lines: list[Line], session: _Session, policies: Rules) -> Iterator[tuple[Line, Judged]]:
     """Begin each call when the live guard did (by ``seq``), end it where its line stands."""
     to_begin = sorted(lines, key=lambda line: line.seq or 0)
     started: dict[int, tuple[Ticket, Policy]] = {}
@@ -214,7 +214,7 @@ def _judge_in_order(lines: list[Line], session: _Session, policies: PolicyTable)
             yield line, _end(line, begun[0], begun[1], session, policies)
 
 
-def _end(line: Line, ticket: Ticket, policy: Policy, session: _Session, policies: PolicyTable) -> Judged:
+def _end(line: Line, ticket: Ticket, policy: Policy, session: _Session, policies: Rules) -> Judged:
     """End one begun call with its recorded answer (or without one)."""
     now = line.ended if line.ended is not None else line.at
     outcome = line.outcome
@@ -226,7 +226,7 @@ def _end(line: Line, ticket: Ticket, policy: Policy, session: _Session, policies
     return _judged(line, detector.finish(session.state, ticket, outcome, policies.session, now))
 
 
-def _judge_batch(batch: list[Line], session: _Session, policies: PolicyTable) -> Iterator[tuple[Line, Judged]]:
+def _judge_batch(batch: list[Line], session: _Session, policies: Rules) -> Iterator[tuple[Line, Judged]]:
     """Begin every call of a batch, then end them in order: they were in flight together."""
     begun: list[tuple[Line, Ticket | None, Policy]] = []
     for line in batch:
@@ -266,7 +266,7 @@ def _judged(line: Line, verdict: Verdict) -> Judged:
     )
 
 
-def _policy(line: Line, policies: PolicyTable) -> Policy:
+def _policy(line: Line, policies: Rules) -> Policy:
     if line.server is not None:
         own = line.tool.removeprefix(f"{line.server}__") if policies.prefixed else line.tool
         return policies(line.server, own)
@@ -329,9 +329,7 @@ def as_json(item: Judged) -> str:
     return json.dumps(body)
 
 
-def run(
-    paths: Sequence[str], policies: PolicyTable, *, as_lines: bool, server: str = "", out: IO[str] = sys.stdout
-) -> int:
+def run(paths: Sequence[str], policies: Rules, *, as_lines: bool, server: str = "", out: IO[str] = sys.stdout) -> int:
     """Replay every file (``-`` for stdin); 0 when all were read, 2 with the first unreadable line.
 
     ``server``: the route of lines that name no server (the config's only server).

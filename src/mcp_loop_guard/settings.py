@@ -161,6 +161,9 @@ class Settings(BaseSettings):
         description="Caps on one agent's calls, loops or not: search_*=20/3600 allows 20 calls to search_* an hour.",
         json_schema_extra={"accepted": SHORT_FORM},
     )
+    watch_config: bool = Field(
+        default=False, description="Reload the --config file whenever it changes (SIGHUP always reloads it)."
+    )
     event_log: str | None = Field(
         default=None, description="Append one JSON line per tool call and its verdict to this file (for replay)."
     )

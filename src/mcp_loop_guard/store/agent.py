@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
+from typing import Protocol
 
 from mcp_loop_guard.core import detector
 from mcp_loop_guard.core.detector import Call, Outcome, Ticket
@@ -28,6 +29,15 @@ UNAVAILABLE = (
     "The loop guard cannot reach its state store right now, so this call was not run (the guard is set to "
     "fail closed). Try again in a moment, or give your final answer with what you have."
 )
+
+
+class SessionRules(Protocol):
+    """Where the session's policy in force is read (the guard's rules, swapped by a config reload)."""
+
+    @property
+    def session(self) -> Policy:
+        """The session's policy now."""
+        ...
 
 
 @dataclass
@@ -69,7 +79,7 @@ class AgentLoop:
         self,
         store: Store,
         key: str,
-        session: Policy,
+        session: Policy | SessionRules,
         *,
         ttl: float,
         health: StoreHealth,
@@ -79,7 +89,7 @@ class AgentLoop:
         """``state``: the state loaded at start (owned keys); ``ttl``: seconds an idle state is kept."""
         self.store = store
         self.key = key
-        self.session = session
+        self._session = session
         self.ttl = ttl
         self.health = health
         self.fail_closed = fail_closed
@@ -87,6 +97,12 @@ class AgentLoop:
         """The state as last seen: authoritative for an owned key, a fallback for a shared one."""
         self.begun = 0
         """Calls begun in this process: the event log's order of begins, for replay."""
+
+    @property
+    def session(self) -> Policy:
+        """The session's rules in force now (a config reload may change them between two calls)."""
+        session = self._session
+        return session if isinstance(session, Policy) else session.session
 
     async def begin(self, call: Call, policy: Policy, now: float) -> tuple[Ticket | None, Verdict]:
         """See :func:`mcp_loop_guard.core.detector.begin`."""

@@ -89,7 +89,7 @@ def agent_loop(plan: Plan, store: Store, health: StoreHealth, key: str, state: S
     return AgentLoop(
         store,
         key,
-        plan.policy,
+        plan.policies,
         ttl=plan.settings.session_idle_seconds,
         health=health,
         fail_closed=plan.settings.state_fail == "closed",

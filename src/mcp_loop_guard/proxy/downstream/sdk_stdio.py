@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 import signal
 import sys
+from collections.abc import Callable
 from functools import partial
 
 import anyio
@@ -33,6 +34,7 @@ from mcp_loop_guard.proxy.upstream.session import UpstreamGoneError
 from mcp_loop_guard.proxy.wire import messages as wire
 from mcp_loop_guard.proxy.wire.fd import Fd, Writer, claimed_stdio
 from mcp_loop_guard.proxy.wire.lines import LineReader, Oversized
+from mcp_loop_guard.reload import on_sighup, reloader_for
 
 logger = logging.getLogger(__name__)
 
@@ -112,9 +114,13 @@ class _Channel:
                         self.ending.end("abort")
 
 
-async def _watch_signals(ending: Ending) -> None:
+async def _watch_signals(ending: Ending, reload: Callable[[str], None] | None = None) -> None:
+    """SIGTERM, SIGINT (and SIGHUP without a config file) end the session; with one, SIGHUP reloads it."""
     with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT, signal.SIGHUP) as signals:
         async for signum in signals:
+            if signum == signal.SIGHUP and reload is not None:
+                reload("SIGHUP")
+                continue
             if not ending.done.is_set():
                 logger.info("received %s; stopping the upstreams and exiting", signal.Signals(signum).name)
                 ending.end("signal", signum)
@@ -136,7 +142,7 @@ def _start_failure(exc: BaseException) -> BaseException | None:
 async def serve_sdk_stdio(plan: Plan) -> int:
     """Guard the configured upstreams for the client on our stdin/stdout; return the exit code."""
     slots = [Slot(spec, shared=False, limits=plan.limits) for spec in plan.config.servers]
-    factory = SessionFactory(plan, slots)
+    factory = SessionFactory(plan, slots, make_slot=lambda spec: Slot(spec, shared=False, limits=plan.limits))
     ending = Ending()
     aborted: list[Verdict] = []
     try:
@@ -170,7 +176,8 @@ async def _serve(plan: Plan, factory: SessionFactory, ending: Ending, aborted: l
             channel.abort_after = ctx.request_id
 
         async with factory.open(fixed_judge(judge), on_abort, prestart=True) as proxy, anyio.create_task_group() as tg:
-            tg.start_soon(_watch_signals, ending)
+            factory.on_slot_change(tg)
+            tg.start_soon(_watch_signals, ending, on_sighup(reloader_for(plan, factory.reconfigure, tg), tg))
             read_send, read_receive = anyio.create_memory_object_stream[SessionMessage | Exception](16)
             write_send, write_receive = anyio.create_memory_object_stream[SessionMessage](16)
             tg.start_soon(channel.read, read_send)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import itertools
 import logging
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass, field
 
@@ -12,6 +12,7 @@ import anyio
 import anyio.abc
 import mcp_types as types
 
+from mcp_loop_guard.config import ServerSpec
 from mcp_loop_guard.plan import Plan
 from mcp_loop_guard.proxy.relay.judge import Judge
 from mcp_loop_guard.proxy.relay.sdk_server import SessionDownstream
@@ -20,6 +21,21 @@ from mcp_loop_guard.proxy.upstream.links import Link, OwnLink, SharedLink
 from mcp_loop_guard.proxy.upstream.pool import Slot
 
 logger = logging.getLogger(__name__)
+
+SETTLE_SECONDS = 30.0
+"""How long a config reload waits for an added upstream's first connection before telling clients."""
+
+
+@dataclass
+class _Parts:
+    """What a session's links are made with, to add one when a config reload adds a server."""
+
+    key: int
+    tg: anyio.abc.TaskGroup
+    stack: AsyncExitStack
+    downstream: SessionDownstream
+    shared_only: bool
+    prestart: bool
 
 
 @dataclass
@@ -30,11 +46,18 @@ class SessionFactory:
     slots: list[Slot]
     on_dropped: Callable[[str, str], None] | None = None
     on_listed: Callable[[str, list[str]], None] | None = None
+    make_slot: Callable[[ServerSpec], Slot] | None = None
+    """How a server added by a config reload gets its slot (shared or per session)."""
     owners: dict[str, tuple[str, str]] = field(default_factory=dict)
     """Exported tool and prompt names -> the (server, name) first given them, guard-wide."""
     live: dict[int, GuardedProxy] = field(default_factory=dict)
     """Open sessions, for change notifications and the active-sessions gauge."""
     _ids: itertools.count[int] = field(default_factory=itertools.count)
+    _parts: dict[int, _Parts] = field(default_factory=dict)
+    _supervisors: dict[str, anyio.CancelScope] = field(default_factory=dict)
+    _supervising: anyio.abc.TaskGroup | None = None
+    _listener: Callable[[Slot, bool], None] | None = None
+    _notifier: anyio.abc.TaskGroup | None = None
 
     @asynccontextmanager
     async def open(
@@ -51,17 +74,9 @@ class SessionFactory:
         async with AsyncExitStack() as stack:
             tg = await stack.enter_async_context(anyio.create_task_group())
             stack.callback(tg.cancel_scope.cancel)
+            parts = _Parts(key, tg, stack, downstream, shared_only, prestart)
             for slot in self.slots:
-                if slot.shared or shared_only:
-                    shared = SharedLink(slot, key, downstream)
-                    stack.callback(shared.close)
-                    links.append(shared)
-                else:
-                    own = OwnLink(slot, downstream, tg, merged=len(self.slots) > 1)
-                    stack.push_async_callback(own.aclose)
-                    if prestart:
-                        await own.prestart()
-                    links.append(own)
+                links.append(await self._link(slot, parts))
             proxy = GuardedProxy(
                 links,
                 downstream,
@@ -72,11 +87,100 @@ class SessionFactory:
                 owners=self.owners,
             )
             self.live[key] = proxy
+            self._parts[key] = parts
             stack.callback(self.live.pop, key, None)
+            stack.callback(self._parts.pop, key, None)
             yield proxy
+
+    async def _link(self, slot: Slot, parts: _Parts) -> Link:
+        """One session's link to one slot, closed with the session."""
+        if slot.shared or parts.shared_only:
+            shared = SharedLink(slot, parts.key, parts.downstream)
+            parts.stack.callback(shared.close)
+            return shared
+        own = OwnLink(slot, parts.downstream, parts.tg, merged=len(self.slots) > 1)
+        parts.stack.push_async_callback(own.aclose)
+        if parts.prestart:
+            await own.prestart()
+        return own
+
+    async def supervise(self, tg: anyio.abc.TaskGroup) -> None:
+        """Keep every slot's shared connection (or probe) up in ``tg``; slots added later too."""
+        self._supervising = tg
+        for slot in self.slots:
+            await tg.start(self._supervise, slot)
+
+    async def _supervise(
+        self, slot: Slot, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED
+    ) -> None:
+        scope = anyio.CancelScope()
+        self._supervisors[slot.name] = scope
+        with scope:
+            await slot.supervise(task_status=task_status)
+
+    async def reconfigure(self, servers: Sequence[ServerSpec]) -> str | None:
+        """Start, stop or restart upstreams to match ``servers`` (a config reload); None, or why it cannot.
+
+        Every open session gains the added servers and loses the removed ones, then is told
+        its lists changed. Going between one server and several would rename every tool
+        (``server__name``), so that needs a restart.
+        """
+        old = {slot.name: slot for slot in self.slots}
+        new = {spec.name: spec for spec in servers}
+        if (len(old) > 1) != (len(new) > 1):
+            return "going between one upstream and several renames every tool (server__name); restart the guard"
+        gone = [name for name, slot in old.items() if name not in new or new[name] != slot.spec]
+        come = [spec for name, spec in new.items() if name not in old or old[name].spec != spec]
+        if not gone and not come:
+            return None
+        if come and self.make_slot is None:
+            return "this guard cannot start upstreams after start-up"
+        for name in gone:
+            await self._remove(old[name])
+        for spec in come:
+            await self._add(spec)
+        self._tell_sessions()
+        return None
+
+    async def _remove(self, slot: Slot) -> None:
+        self.slots.remove(slot)
+        for proxy in list(self.live.values()):
+            link = proxy.drop_link(slot.name)
+            if isinstance(link, OwnLink):
+                await link.aclose()
+            elif isinstance(link, SharedLink):
+                link.close()
+        for name, (server, _) in list(self.owners.items()):
+            if server == slot.name:
+                del self.owners[name]
+        scope = self._supervisors.pop(slot.name, None)
+        if scope is not None:
+            scope.cancel()
+
+    async def _add(self, spec: ServerSpec) -> None:
+        assert self.make_slot is not None
+        slot = self.make_slot(spec)
+        if self._listener is not None:
+            slot.on_change(self._listener)
+        self.slots.append(slot)
+        if self._supervising is not None:
+            await self._supervising.start(self._supervise, slot)
+            await slot.wait_settled(SETTLE_SECONDS)  # clients told of the change then see its tools
+        for key, proxy in list(self.live.items()):
+            parts = self._parts.get(key)
+            if parts is not None:
+                await proxy.add_link(await self._link(slot, parts))
+
+    def _tell_sessions(self) -> None:
+        if self._notifier is None:
+            return
+        for proxy in list(self.live.values()):
+            for note in (types.ToolListChangedNotification(), types.PromptListChangedNotification()):
+                self._notifier.start_soon(_notify_quietly, proxy.downstream, note)
 
     def on_slot_change(self, tg: anyio.abc.TaskGroup) -> Callable[[Slot, bool], None]:
         """A slot listener telling every session its lists changed (a server went or came, or has other tools)."""
+        self._notifier = tg
 
         def changed(slot: Slot, tools_changed: bool) -> None:
             if len(self.slots) == 1 and not tools_changed:
@@ -84,10 +188,9 @@ class SessionFactory:
             logger.info(
                 "upstream %r is %s; telling %d session(s) the lists changed", slot.name, slot.status, len(self.live)
             )
-            for proxy in list(self.live.values()):
-                for note in (types.ToolListChangedNotification(), types.PromptListChangedNotification()):
-                    tg.start_soon(_notify_quietly, proxy.downstream, note)
+            self._tell_sessions()
 
+        self._listener = changed
         return changed
 
 

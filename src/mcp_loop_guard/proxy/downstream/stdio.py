@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 import signal
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import anyio
@@ -23,6 +24,7 @@ from mcp_loop_guard.proxy.relay.pipe import Pipe
 from mcp_loop_guard.proxy.upstream.child import EOF_GRACE, ChildProcess, terminate_all_now
 from mcp_loop_guard.proxy.wire.fd import Fd, Writer, claimed_stdio
 from mcp_loop_guard.proxy.wire.lines import LineReader
+from mcp_loop_guard.reload import on_sighup, reloader_for
 
 logger = logging.getLogger(__name__)
 
@@ -73,9 +75,13 @@ async def _read_client(stdin: Fd, pipe: Pipe, limit: int, ending: Ending, gone: 
     ending.end("eof")
 
 
-async def _watch_signals(ending: Ending) -> None:
+async def _watch_signals(ending: Ending, reload: Callable[[str], None] | None = None) -> None:
+    """SIGTERM, SIGINT (and SIGHUP without a config file) end the session; with one, SIGHUP reloads it."""
     with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT, signal.SIGHUP) as signals:
         async for signum in signals:
+            if signum == signal.SIGHUP and reload is not None:
+                reload("SIGHUP")
+                continue
             if not ending.done.is_set():
                 logger.info("received %s; stopping the upstream and exiting", signal.Signals(signum).name)
                 ending.end("signal", signum)
@@ -109,7 +115,8 @@ async def serve_pipe(plan: Plan, first: ChildProcess | None = None) -> int:
         pipe = Pipe(spec, send, judge, limits=limits, on_abort=lambda: ending.end("abort"), first=first)
         upstream = pipe.upstream
         async with anyio.create_task_group() as tg:
-            tg.start_soon(_watch_signals, ending)
+            reloader = reloader_for(plan, pipe.reconfigure, tg)
+            tg.start_soon(_watch_signals, ending, on_sighup(reloader, tg))
             await tg.start(upstream.run)
             client_gone = anyio.Event()
             tg.start_soon(_read_client, stdin, pipe, settings.max_message_bytes, ending, client_gone)

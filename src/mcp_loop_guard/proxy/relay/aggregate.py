@@ -86,6 +86,17 @@ class Aggregate:
         """The upstreams' names."""
         return list(self.links)
 
+    def relinked(self) -> None:
+        """The links changed (a config reload): forget what came from servers that are gone."""
+        self.single = next(iter(self.links.values())) if len(self.links) == 1 else None
+        for server in list(self.facts):
+            if server not in self.links:
+                del self.facts[server]
+                for method in ("tools/list", "prompts/list", "resources/list", "resources/templates/list"):
+                    self._forget(method, server)
+        for server in self.links:
+            self.facts.setdefault(server, ToolFacts())
+
     def handler(self, method: str) -> Handler:
         """The handler for one relayed method (tools/call is the proxy's own)."""
         single = self.single

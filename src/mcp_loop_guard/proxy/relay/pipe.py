@@ -13,13 +13,13 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import anyio
 
-from mcp_loop_guard.config import StdioServer
+from mcp_loop_guard.config import ServerSpec, StdioServer
 from mcp_loop_guard.plan import Limits
 from mcp_loop_guard.proxy.relay.judge import Judge, Pending, Refusal
 from mcp_loop_guard.proxy.relay.tools import ToolFacts
@@ -415,6 +415,16 @@ class Pipe:
             logger.info("upstream %s has other tools after its restart; telling the client", self.upstream.label)
             self.listed = tools
             await self.send(Message({"jsonrpc": "2.0", "method": "notifications/tools/list_changed"}).line())
+
+    async def reconfigure(self, servers: Sequence[ServerSpec]) -> str | None:
+        """A config reload: the one server's new command replaces the old one; None, or why it cannot be done live."""
+        if len(servers) != 1 or not isinstance(servers[0], StdioServer):
+            return "this guard relays one stdio server directly; serving other servers needs a restart"
+        spec = servers[0]
+        self.server = spec.name
+        self.facts.forget()
+        await self.upstream.replace(spec)
+        return None
 
     async def watch_timeouts(self) -> None:
         """Cancel requests that go too long without an answer or progress (the call timeout)."""

@@ -81,6 +81,25 @@ class GuardedProxy:
         self.aggregate = Aggregate(self.links, self.relay, on_dropped=on_dropped, on_listed=on_listed, owners=owners)
         self.server = SessionServer(self)
         self._connected = False
+        self._client: tuple[types.Implementation, types.ClientCapabilities] | None = None
+
+    async def add_link(self, link: Link) -> None:
+        """A server added by a config reload: reachable from now on, connected as this session's client."""
+        self.links[link.name] = link
+        self.single = link if len(self.links) == 1 else None
+        self.aggregate.relinked()
+        if self._client is not None:
+            try:
+                await link.connect(*self._client)
+            except UpstreamGoneError as exc:
+                logger.warning("upstream %r is not available: %s", link.name, exc)
+
+    def drop_link(self, name: str) -> Link | None:
+        """A server removed by a config reload: no longer routed to; the caller closes the link."""
+        link = self.links.pop(name, None)
+        self.single = next(iter(self.links.values())) if len(self.links) == 1 else None
+        self.aggregate.relinked()
+        return link
 
     async def relay(self, ctx: Context, server: str, method: str, params: BaseModel | None) -> dict[str, Any]:
         """Send one request to one upstream on behalf of the client, progress included.
@@ -154,7 +173,8 @@ class GuardedProxy:
             if ctx.method == "ping":
                 return {}  # nothing to connect for: a ping is answered here
             client_info, capabilities = client_identity(ctx)
-            for link in self.links.values():
+            self._client = (client_info, capabilities)
+            for link in list(self.links.values()):
                 try:
                     await link.connect(client_info, capabilities)
                 except UpstreamGoneError as exc:

@@ -171,6 +171,23 @@ class StdioUpstream:
                 f"upstream {self.label} stopped reading its input ({error.strerror or error})"
             ) from None
 
+    async def replace(self, spec: StdioServer) -> None:
+        """Run another command from now on (a config reload): stop the child, start the new one at once.
+
+        Requests in flight on the old child get an error saying it was replaced; the client's
+        handshake is replayed to the new child, as after a crash.
+        """
+        async with self._lock:
+            old, self.spec = self.child, spec
+            self._failures, self._retry_at = 0, 0.0
+            self._down_reason = f"upstream {self.label} was replaced by a config reload"
+            if old is not None:
+                await old.stop(eof_grace=0.2)
+        try:
+            await self._ensure()
+        except UpstreamDownError as error:
+            logger.warning("the reloaded upstream did not start: %s", error)
+
     async def _ensure(self) -> ChildProcess:
         async with self._lock:
             child = self.child

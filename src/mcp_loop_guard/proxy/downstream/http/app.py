@@ -23,7 +23,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Mount, Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from mcp_loop_guard.config import HttpServer
+from mcp_loop_guard.config import HttpServer, ServerSpec
 from mcp_loop_guard.metrics import Metrics
 from mcp_loop_guard.plan import Plan
 from mcp_loop_guard.proxy.downstream.agents import opened_events, opened_store
@@ -36,6 +36,7 @@ from mcp_loop_guard.proxy.downstream.sessions import SessionFactory
 from mcp_loop_guard.proxy.relay.session_server import STOPPING
 from mcp_loop_guard.proxy.upstream.child import terminate_all_now
 from mcp_loop_guard.proxy.upstream.pool import Slot
+from mcp_loop_guard.reload import on_sighup, reloader_for
 from mcp_loop_guard.store import MemoryStore, Store, StoreHealth
 
 logger = logging.getLogger(__name__)
@@ -56,9 +57,13 @@ class _Uvicorn(uvicorn.Server):
         yield
 
 
-def _slots(plan: Plan) -> list[Slot]:
+def _slot(plan: Plan, spec: ServerSpec) -> Slot:
     """HTTP upstreams get a connection per session; stdio upstreams one shared child each."""
-    return [Slot(spec, shared=not isinstance(spec, HttpServer), limits=plan.limits) for spec in plan.config.servers]
+    return Slot(spec, shared=not isinstance(spec, HttpServer), limits=plan.limits)
+
+
+def _slots(plan: Plan) -> list[Slot]:
+    return [_slot(plan, spec) for spec in plan.config.servers]
 
 
 def build_app(  # noqa: PLR0917 - what the routes serve, all needed
@@ -138,15 +143,23 @@ class _Stop:
         self.received: list[int] = []
         self.server: _Uvicorn | None = None
         self.main = anyio.CancelScope()
+        self.reload: Callable[[str], None] | None = None
 
 
 async def _watch_signals(stop: _Stop) -> None:
     """The first signal stops serving (calls in flight get an error); a second one cuts the grace short.
 
     It watches until the very end, so a signal during the upstreams' shutdown is handled too.
+    SIGHUP reloads the config file (when there is one).
     """
-    with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+    with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT, signal.SIGHUP) as signals:
         async for signum in signals:
+            if signum == signal.SIGHUP:
+                if stop.reload is not None:
+                    stop.reload("SIGHUP")
+                else:
+                    logger.info("received SIGHUP; there is no config file to reload")
+                continue
             stop.received.append(signum)
             server = stop.server
             if len(stop.received) == 1 and server is not None:
@@ -178,7 +191,9 @@ async def _serve(plan: Plan, stop: _Stop) -> None:
     logging.getLogger("asyncio").addFilter(OnceInAWhile())
     descriptors = raise_open_file_limit()
     slots = _slots(plan)
-    factory = SessionFactory(plan, slots, on_dropped=metrics.dropped, on_listed=metrics.learn)
+    factory = SessionFactory(
+        plan, slots, on_dropped=metrics.dropped, on_listed=metrics.learn, make_slot=lambda spec: _slot(plan, spec)
+    )
     async with opened_store(plan) as (store, health), opened_events(plan) as events:
         forget: Callable[[str], object] | None = store.forget if isinstance(store, MemoryStore) else None
         agents = Agents(plan, store, health, events, metrics.observer(), limit=settings.max_keys, on_evict=forget)
@@ -189,8 +204,9 @@ async def _serve(plan: Plan, stop: _Stop) -> None:
             listener = factory.on_slot_change(tg)
             for slot in slots:
                 slot.on_change(listener)
-                await tg.start(slot.supervise)
-            for slot in slots:
+            await factory.supervise(tg)
+            stop.reload = on_sighup(reloader_for(plan, factory.reconfigure, tg), tg)
+            for slot in list(slots):
                 await slot.wait_settled(START_TIMEOUT)
                 if slot.status != "ready":
                     logger.warning("upstream %r is not ready at start-up: %s", slot.name, slot.detail)
