@@ -16,6 +16,7 @@ TITLES = {
     "http": "streamable HTTP: concurrent sessions, sequential calls each",
     "fingerprint": "fingerprint throughput: result_key on large results",
     "memory": "memory: detector state per session; resident memory with idle HTTP sessions",
+    "startup": "start-up over stdio: spawn to initialize answered, and resident memory then",
 }
 
 COLUMNS: dict[str, tuple[str, str]] = {
@@ -38,6 +39,8 @@ COLUMNS: dict[str, tuple[str, str]] = {
     "rss_before_mb": ("RSS before MB", "{:.1f}"),
     "rss_mb": ("RSS MB", "{:.1f}"),
     "kb_per_session": ("KB/session", "{:.1f}"),
+    "start_ms": ("start p50 ms", "{:.0f}"),
+    "start_delta_ms": ("minus direct ms", "{:+.0f}"),
 }
 
 

@@ -51,7 +51,7 @@ from benchmarks.sizes import SIZES, Size
 EXIT_FAILED = 1
 NO_PEERS = "peers not run (--skip-peers, the default at --size smoke)"
 MCP_PROXY_STDIO = "mcp-proxy only bridges stdio and HTTP, so it has no stdio-to-stdio path; see the HTTP scenario"
-SCENARIOS = ("fingerprint", "memory", "stdio", "http", "profile")
+SCENARIOS = ("fingerprint", "memory", "startup", "stdio", "http", "profile")
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -247,6 +247,18 @@ async def _http(run: Run, task: TaskID) -> None:
         )
 
 
+async def _startup(run: Run, task: TaskID) -> None:
+    from benchmarks import startup
+
+    case = "spawn to initialize · mcp-server-time"
+    server = startup.time_server_command()
+    if server is None:
+        run.skip("startup", case, DIRECT, "mcp-server-time is not installed (pip install '.[test]')")
+        return
+    vias = [Via(DIRECT, server), *(Via(build.label, build.command(server), build.env) for build in run.builds)]
+    run.rows += await startup.measure(vias, run.size.startup_rounds, run.log, run.advancer(task))
+
+
 async def _profile(run: Run, task: TaskID) -> None:
     from benchmarks import guard_profile
 
@@ -328,6 +340,7 @@ async def _run_all(run: Run, only: Sequence[str]) -> None:
     steps: dict[str, tuple[int, Callable[[Run, TaskID], Awaitable[Any]]]] = {
         "fingerprint": (4, _fingerprint),
         "memory": (size.detector_calls + size.idle_sessions * (1 + len(run.builds)), _memory),
+        "startup": (size.startup_rounds, _startup),
         "stdio": (2 * (size.echo_calls + size.echo_warmup) + size.large_calls + size.large_warmup, _stdio),
         "http": (size.http_rounds * 4, _http),
         "profile": (size.profile_calls + max(3, size.profile_calls // 30), _profile),

@@ -30,6 +30,7 @@ class Size:
     detector_calls: int
     detector_checkpoints: tuple[int, ...]
     profile_calls: int
+    startup_rounds: int
 
 
 SMOKE = Size(
@@ -49,6 +50,7 @@ SMOKE = Size(
     detector_calls=2_000,
     detector_checkpoints=(10, 1_000, 2_000),
     profile_calls=50,
+    startup_rounds=2,
 )
 
 FULL = Size(
@@ -68,6 +70,7 @@ FULL = Size(
     detector_calls=1_000_000,
     detector_checkpoints=(10, 1_000, 10_000, 100_000, 1_000_000),
     profile_calls=3_000,
+    startup_rounds=15,
 )
 
 SIZES = {size.name: size for size in (SMOKE, FULL)}
