@@ -191,9 +191,15 @@ def _replay(args_list: list[str]) -> int:
     from mcp_loop_guard.config import ConfigError, GuardConfig, load_config  # noqa: PLC0415
     from mcp_loop_guard.plan import plan  # noqa: PLC0415
     from mcp_loop_guard.replay import TraceError, run  # noqa: PLC0415
-    from mcp_loop_guard.settings import FileSettings, SettingsError, load_settings, setting_fields  # noqa: PLC0415
+    from mcp_loop_guard.settings import (  # noqa: PLC0415
+        RULE_SETTINGS,
+        FileSettings,
+        SettingsError,
+        load_settings,
+        setting_fields,
+    )
 
-    fields = [field for field in setting_fields() if field.name in _REPLAY_SETTINGS]
+    fields = [field for field in setting_fields() if field.name in RULE_SETTINGS]
     parser = argparse.ArgumentParser(
         prog="mcp-loop-guard replay",
         description="Judge recorded tool calls (trace files, or the event log) as the guard would, with these "
@@ -218,35 +224,6 @@ def _replay(args_list: list[str]) -> int:
     except TraceError as exc:
         print(f"mcp-loop-guard: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
-
-
-_REPLAY_SETTINGS = frozenset(
-    {
-        "enabled",
-        "warn_threshold",
-        "block_threshold",
-        "abort_threshold",
-        "ignore_tools",
-        "ignore_errors",
-        "use_terminate",
-        "reset_after_seconds",
-        "cycle_max_period",
-        "same_error_warn_threshold",
-        "same_error_block_threshold",
-        "same_result_warn_threshold",
-        "same_result_block_threshold",
-        "burst_detection",
-        "side_effect_warn_threshold",
-        "side_effect_block_threshold",
-        "trust_annotations",
-        "poll_seconds",
-        "quiet_seconds",
-        "scrub",
-        "scrub_keys",
-        "mode",
-    }
-)
-"""The settings that change a verdict; the others (transport, store...) mean nothing to a replay."""
 
 
 def _start(args_list: list[str], early: ChildProcess | UpstreamStartError | None) -> int:

@@ -21,41 +21,13 @@ import anyio.abc
 
 from mcp_loop_guard.config import ConfigError, ServerSpec, load_config
 from mcp_loop_guard.plan import Plan, plan
-from mcp_loop_guard.settings import Settings, SettingsError, load_settings
+from mcp_loop_guard.settings import RULE_SETTINGS, Settings, SettingsError, load_settings
 
 __all__ = ["LIVE_SETTINGS", "Reloader", "on_sighup", "reloader_for"]
 
 logger = logging.getLogger(__name__)
 
-LIVE_SETTINGS = frozenset(
-    {
-        "enabled",
-        "warn_threshold",
-        "block_threshold",
-        "abort_threshold",
-        "ignore_tools",
-        "ignore_errors",
-        "use_terminate",
-        "reset_after_seconds",
-        "cycle_max_period",
-        "same_error_warn_threshold",
-        "same_error_block_threshold",
-        "same_result_warn_threshold",
-        "same_result_block_threshold",
-        "burst_detection",
-        "side_effect_warn_threshold",
-        "side_effect_block_threshold",
-        "trust_annotations",
-        "poll_seconds",
-        "quiet_seconds",
-        "scrub",
-        "scrub_keys",
-        "mode",
-        "budgets",
-        "log_level",
-        "watch_config",
-    }
-)
+LIVE_SETTINGS = RULE_SETTINGS | {"log_level", "watch_config"}
 """Settings a reload applies to the running guard; the others wait for a restart."""
 
 ApplyServers = Callable[[Sequence[ServerSpec]], Awaitable[str | None]]

@@ -432,6 +432,35 @@ class Settings(BaseSettings):
         return overridden(self.to_policy(), overrides, prefix=prefix, session_ignores=self.ignore_tools)
 
 
+RULE_SETTINGS = frozenset(
+    {
+        "enabled",
+        "warn_threshold",
+        "block_threshold",
+        "abort_threshold",
+        "ignore_tools",
+        "ignore_errors",
+        "use_terminate",
+        "reset_after_seconds",
+        "cycle_max_period",
+        "same_error_warn_threshold",
+        "same_error_block_threshold",
+        "same_result_warn_threshold",
+        "same_result_block_threshold",
+        "burst_detection",
+        "side_effect_warn_threshold",
+        "side_effect_block_threshold",
+        "trust_annotations",
+        "poll_seconds",
+        "quiet_seconds",
+        "scrub",
+        "scrub_keys",
+        "mode",
+        "budgets",
+    }
+)
+"""Settings that change a verdict (what :meth:`Settings.to_policy` reads): replay takes them, a reload applies them."""
+
 _TOKEN_NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 
 
