@@ -158,3 +158,30 @@ async def open_idle_sessions(url: str, count: int, log: TextIO, advance: Callabl
             opened += 1
             advance(1)
     return opened
+
+
+async def touch_keys(url: str, count: int, log: TextIO, advance: Callable[[int], None]) -> int:
+    """One tools/call each for ``count`` sessionless agents (distinct ``X-Loop-Guard-Key``); how many answered."""
+    import httpx2
+
+    headers = {
+        "Accept": "application/json, text/event-stream",
+        "Content-Type": "application/json",
+        "mcp-protocol-version": "2025-11-25",
+    }
+    answered = 0
+    async with httpx2.AsyncClient(timeout=CALL_SECONDS) as client:
+        for index in range(count):
+            body = {
+                "jsonrpc": "2.0",
+                "id": 1,
+                "method": "tools/call",
+                "params": {"name": "echo", "arguments": {"message": f"key {index}"}},
+            }
+            response = await client.post(url, json=body, headers={**headers, "x-loop-guard-key": f"agent-{index}"})
+            if response.status_code != 200:
+                print(f"keyed call refused: {response.status_code} {response.text[:200]}", file=log)
+                break
+            answered += 1
+            advance(1)
+    return answered

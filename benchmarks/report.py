@@ -39,6 +39,8 @@ COLUMNS: dict[str, tuple[str, str]] = {
     "rss_before_mb": ("RSS before MB", "{:.1f}"),
     "rss_mb": ("RSS MB", "{:.1f}"),
     "kb_per_session": ("KB/session", "{:.1f}"),
+    "keys": ("keys", "{:,.0f}"),
+    "kb_per_key": ("KB/key", "{:.1f}"),
     "start_ms": ("start p50 ms", "{:.0f}"),
     "start_delta_ms": ("minus direct ms", "{:+.0f}"),
 }

@@ -137,6 +137,12 @@ async def _memory(run: Run, task: TaskID) -> None:
             async with background_server(command, guard_port, run.log, build.env) as guard:
                 url = f"http://127.0.0.1:{guard_port}/mcp"
                 run.rows.append(await _idle_rss(run, task, case=case, via=build.label, server=guard, url=url))
+            keyed_port = free_port()
+            command = [*build.http_command(keyed_port, f"http://127.0.0.1:{port}/mcp"), "--stateless"]
+            memory_state = {**build.env, "LOOP_GUARD_STATE": "memory"}  # every key's state in the process measured
+            async with background_server(command, keyed_port, run.log, memory_state) as guard:
+                url = f"http://127.0.0.1:{keyed_port}/mcp"
+                run.rows.append(await _keys_rss(run, task, via=build.label, server=guard, url=url))
 
 
 async def _idle_rss(run: Run, task: TaskID, *, case: str, via: str, server: psutil.Process, url: str) -> Row:
@@ -151,6 +157,21 @@ async def _idle_rss(run: Run, task: TaskID, *, case: str, via: str, server: psut
         "kb_per_session": (after - before) / max(opened, 1) / 1024,
     }
     return Row("memory", case, via, values)
+
+
+async def _keys_rss(run: Run, task: TaskID, *, via: str, server: psutil.Process, url: str) -> Row:
+    before = server.memory_info().rss
+    touched = await http_load.touch_keys(url, run.size.idle_sessions, run.log, run.advancer(task))
+    await anyio.sleep(1.0)
+    after = server.memory_info().rss
+    values: dict[str, float | int | str] = {
+        "keys": touched,
+        "rss_before_mb": before / 2**20,
+        "rss_mb": after / 2**20,
+        "kb_per_key": (after - before) / max(touched, 1) / 1024,
+    }
+    case = f"resident memory, {run.size.idle_sessions:,} sessionless agents (one call each)"
+    return Row("memory", case, via, values, "--stateless, X-Loop-Guard-Key")
 
 
 def _stdio_vias(run: Run, upstream: list[str], cases: Sequence[str]) -> list[Via]:
@@ -339,7 +360,7 @@ async def _run_all(run: Run, only: Sequence[str]) -> None:
     size = run.size
     steps: dict[str, tuple[int, Callable[[Run, TaskID], Awaitable[Any]]]] = {
         "fingerprint": (4, _fingerprint),
-        "memory": (size.detector_calls + size.idle_sessions * (1 + len(run.builds)), _memory),
+        "memory": (size.detector_calls + size.idle_sessions * (1 + 2 * len(run.builds)), _memory),
         "startup": (size.startup_rounds, _startup),
         "stdio": (2 * (size.echo_calls + size.echo_warmup) + size.large_calls + size.large_warmup, _stdio),
         "http": (size.http_rounds * 4, _http),
