@@ -355,11 +355,13 @@ def run(paths: Sequence[str], policies: Rules, *, as_lines: bool, server: str = 
                 print(as_json(item), file=out)
         else:
             print_timeline(judged, out, where)
-        suggestions = suggest_scrub(lines)
-        if suggestions:
+        have = policies.session.scrub.presets
+        wanted = suggest_scrub(lines)
+        if any(name not in have for name in wanted):
+            presets = [name for name in PRESETS if name in have or name in wanted]  # what to set, all of it
             print(
                 f"{where}: some repeated calls got results that differ only in volatile parts; "
-                f"LOOP_GUARD_SCRUB={','.join(suggestions)} would count them as the same result",
+                f"LOOP_GUARD_SCRUB={','.join(presets)} would count them as the same result",
                 file=sys.stderr,
             )
     return 0

@@ -165,7 +165,9 @@ class Settings(BaseSettings):
         default=False, description="Reload the --config file whenever it changes (SIGHUP always reloads it)."
     )
     event_log: str | None = Field(
-        default=None, description="Append one JSON line per tool call and its verdict to this file (for replay)."
+        default=None,
+        description="Append one JSON line per tool call and its verdict to this file (for replay).",
+        json_schema_extra={"accepted": "a file path"},
     )
     state: str = Field(
         default="sqlite",
@@ -598,6 +600,8 @@ def _accepted(info: FieldInfo) -> str:
         return "true or false (also 1/0, yes/no, on/off)"
     if get_origin(annotation) is Literal:
         return "one of " + ", ".join(str(choice) for choice in get_args(annotation))
+    if annotation in (str, str | None):
+        return "a non-empty text" if annotation is str else "a non-empty text (unset it for none)"
     bounds: list[str] = []
     for rule in info.metadata:
         if isinstance(rule, annotated_types.Ge):

@@ -105,6 +105,27 @@ async def test_a_locked_state_file_fails_open_with_one_log_line(
     assert "locked" in store_lines(lines)[0], log
 
 
+async def test_a_locked_state_file_with_fail_closed_refuses_until_the_file_takes_writes(
+    connect: Connector, counting: CountingUpstream, tmp_path: Path
+) -> None:
+    """LOOP_GUARD_STATE_FAIL=closed on SQLite: the call whose write fails is served, the next ones refused; then served.
+
+    An owned key is written after each call, so the store's failure shows at that write.
+    """
+    path = tmp_path / "closed.sqlite3"
+    await make_state_file(path)
+    env = {**counting.env, "LOOP_GUARD_STATE": f"sqlite://{path}", "LOOP_GUARD_STATE_FAIL": "closed"}
+    async with connect(counting.command, env=env) as conn:
+        with anyio.fail_after(30):
+            async with locked(path):
+                while_locked = [await conn.session.call_tool("echo", {"text": str(n)}) for n in range(3)]
+            after = await conn.session.call_tool("echo", {"text": "after"})
+    assert [result.is_error for result in while_locked] == [False, True, True]
+    assert UNAVAILABLE in while_locked[1].content[0].text  # type: ignore[union-attr]
+    assert not after.is_error
+    assert len(counting.calls("echo")) == 2, "refused calls must not reach the upstream"
+
+
 async def test_a_read_only_state_file_fails_open_with_one_log_line(
     connect: Connector, counting: CountingUpstream, tmp_path: Path
 ) -> None:

@@ -6,11 +6,12 @@ from collections.abc import Callable, Mapping
 from types import MappingProxyType
 from typing import Any
 
+import pytest
 from benchmarks.detector_memory import graph_size
 from hypothesis import given
 from hypothesis import strategies as st
 
-from mcp_loop_guard.core import Action, Family, LoopDetector, Policy, Verdict
+from mcp_loop_guard.core import Action, Family, LoopDetector, Policy, Verdict, wording
 
 ARGS: Mapping[str, Any] = MappingProxyType({"path": "/etc/hosts"})
 
@@ -558,3 +559,20 @@ def test_the_request_window_and_abort_count_stay_the_sessions() -> None:
     assert session.actions(4, tool="git__status") == [WARN, BLOCK, BLOCK, ABORT]
     assert session.call(tool="git__status", at=30.0).action is ABORT
     assert session.call(tool="git__status", at=100.0).action is BLOCK
+
+
+@pytest.mark.parametrize(
+    ("family", "expected"),
+    [
+        (Family.IDENTICAL, "Identical calls will be refused from call #6."),
+        (Family.BURST, "Identical copies will be refused from call #6."),
+        (Family.SAME_ERROR, "Calls to this tool will be refused from call #6."),
+        (Family.CYCLE, "Repetitions of the cycle will be refused from call #6."),
+    ],
+)
+def test_warnings_say_when_refusals_start_in_plain_plural(family: Family, expected: str) -> None:
+    """A warning well before the block threshold names what will be refused, in a correct plural."""
+
+    text = wording.warning(family, "search", 3, 6, ("a", "b"))
+    assert expected in text
+    assert ": Change" not in text

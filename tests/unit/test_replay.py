@@ -207,3 +207,48 @@ def test_lines_without_a_server_take_the_configs_only_server() -> None:
     assert [item.verdict for item in judge_trace(lines, decided.policies, "tracker")] == ["allow", "warn"]
     stream.seek(0)
     assert [item.verdict for item in judge_trace(lines, decided.policies)] == ["allow", "allow"]
+
+
+@pytest.mark.parametrize(
+    ("given", "said"),
+    [
+        ((), "LOOP_GUARD_SCRUB=timestamps,uuids would"),
+        (("--scrub", "timestamps"), "LOOP_GUARD_SCRUB=timestamps,uuids would"),
+        (("--scrub", "timestamps,uuids"), None),
+    ],
+)
+def test_the_scrub_suggestion_names_the_whole_setting_and_only_when_it_adds_something(
+    given: tuple[str, ...], said: str | None
+) -> None:
+    """The suggestion keeps the presets already set, and is left out when they already catch everything."""
+    text = "".join(
+        json.dumps(line("status", {"job": 1}, f'{{"at": "2026-12-01T10:00:0{i}Z", "id": "{u}"}}')) + "\n"
+        for i, u in enumerate(["1b4e28ba-2fa1-11d2-883f-0016d3cca427", "6fa459ea-ee8a-3ca4-894e-db77e160355e"])
+    )
+    done = subprocess.run(
+        [sys.executable, "-m", "mcp_loop_guard", "replay", *given, "-"],
+        input=text,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    if said is None:
+        assert "LOOP_GUARD_SCRUB" not in done.stderr
+    else:
+        assert said in done.stderr
+
+
+def test_replay_takes_budgets_as_the_guard_does() -> None:
+    """`--budgets` applies in replay: the third call over a cap of two is refused."""
+    text = "".join(json.dumps(line("read", {"p": n}, str(n))) + "\n" for n in range(3))
+    done = subprocess.run(
+        [sys.executable, "-m", "mcp_loop_guard", "replay", "--json", "--budgets", "read=2", "-"],
+        input=text,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    rows = [json.loads(row) for row in done.stdout.splitlines()]
+    assert [(row["verdict"], row["rule"]) for row in rows] == [("allow", None), ("allow", None), ("block", "budget")]

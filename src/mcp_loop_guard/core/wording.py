@@ -20,12 +20,13 @@ def _tools(tools: Sequence[str]) -> str:
     return " -> ".join(f"`{tool}`" for tool in tools)
 
 
-def _when(count: int, block: int, noun: str) -> str:
+def _when(count: int, block: int, noun: str, nouns: str) -> str:
+    """When refusals start: ``noun`` for the next one, ``nouns`` (its plural) for the later ones."""
     if not block:
         return ""
     if count >= block - 1:
         return f" The next {noun} will be refused."
-    return f" {noun[0].upper()}{noun[1:]}s will be refused from call #{block}."
+    return f" {nouns[0].upper()}{nouns[1:]} will be refused from call #{block}."
 
 
 def warning(family: Family, tool: str, count: int, block: int, cycle: Sequence[str] = ()) -> str:
@@ -34,25 +35,26 @@ def warning(family: Family, tool: str, count: int, block: int, cycle: Sequence[s
         return (
             f"Loop guard warning: the same {len(cycle)}-step cycle ({_tools(cycle)}) has now repeated {count} "
             f"times with the same results each time, so it is not making progress."
-            f"{_when(count, block, 'repetition of the cycle')} Break the cycle: {INSTEAD}"
+            f"{_when(count, block, 'repetition of the cycle', 'repetitions of the cycle')} Break the cycle. {INSTEAD}"
         )
     if family is Family.SAME_ERROR:
         return (
             f"Loop guard warning: `{tool}` has now failed {count} times in a row with the same error, with "
             f"different arguments each time. Rewording the arguments is not fixing it: read the error, check "
             f"its cause (permissions, paths, credentials, the tool's purpose), or use another approach."
-            f"{_when(count, block, 'call to this tool')}"
+            f"{_when(count, block, 'call to this tool', 'calls to this tool')}"
         )
     if family is Family.SAME_RESULT:
         return (
             f"Loop guard warning: `{tool}` has returned the same result {count} times in a row for different "
             f"arguments. Varying the arguments is not changing the outcome: try another tool or source, or "
-            f"conclude with what you have.{_when(count, block, 'call to this tool')}"
+            f"conclude with what you have.{_when(count, block, 'call to this tool', 'calls to this tool')}"
         )
     if family is Family.BURST:
         return (
             f"Loop guard warning: this response asked for `{tool}` with identical arguments {count} times at "
-            f"once. One call gives the answer; the copies are waste.{_when(count, block, 'identical copy')} "
+            f"once. One call gives the answer; the copies are waste."
+            f"{_when(count, block, 'identical copy', 'identical copies')} "
             "Ask for each distinct call once."
         )
     if family is Family.SIDE_EFFECT:
@@ -60,11 +62,11 @@ def warning(family: Family, tool: str, count: int, block: int, cycle: Sequence[s
             f"Loop guard warning: `{tool}` changes things outside (it is marked destructive and not idempotent) "
             f"and has now been called {count} times with identical arguments, which may have repeated its "
             f"effect. Check whether the earlier call already did what you wanted before calling it again."
-            f"{_when(count, block, 'identical call')}"
+            f"{_when(count, block, 'identical call', 'identical calls')}"
         )
     return (
         f"Loop guard warning: `{tool}` has now been called {count} times in a row with the same arguments "
-        f"and returned the same result each time.{_when(count, block, 'identical call')} {INSTEAD}"
+        f"and returned the same result each time.{_when(count, block, 'identical call', 'identical calls')} {INSTEAD}"
     )
 
 

@@ -5,7 +5,8 @@ key, any key of a single HTTP guard) keeps its state in memory and writes it thr
 shared store (Redis, several replicas) every event is an atomic update. When the store fails
 or is slow, each call waits at most the store's timeout, then the guard fails open (the call
 is judged on the state it last saw, and passes if nothing in that state refuses it) or, when
-configured, closed (the call is refused with a message saying why); it recovers by itself.
+configured, closed (the call is refused with a message saying why; with an owned key, until
+the store takes a write again); it recovers by itself.
 """
 
 from __future__ import annotations
@@ -118,6 +119,10 @@ class AgentLoop:
             else:
                 self.health.recovered()
                 return outcome
+        elif self.fail_closed and self.health.degraded:
+            await self._save(now)  # the store must take a write again before a call goes on
+            if self.health.degraded:
+                return None, Verdict(Action.BLOCK, call.tool, 0, UNAVAILABLE, self.state.blocks, Family.STORE)
         ticket, verdict = detector.begin(self.state, call, policy, self.session, now)
         if not self.store.shared and (call.side_effect or verdict.judged >= Action.BLOCK):
             await self._save(now)

@@ -35,7 +35,7 @@ class EventLog:
 
     def record(self, line: dict[str, Any], verdict: Verdict) -> None:
         """Write one call's line, with the verdict's action, rule and count."""
-        line["verdict"] = "closed" if verdict.streak < 0 else verdict.judged.name.lower()
+        line["verdict"] = verdict.judged.name.lower()
         if verdict.family is not None:
             line["rule"] = verdict.family.value
             line["count"] = verdict.streak

@@ -220,11 +220,11 @@ class Slot:
             try:
                 reason = await self._serve_once()
                 attempt = 1
-            except (UpstreamStartError, UpstreamGoneError, MCPError, OSError) as exc:
-                reason = reason_of(exc)
             except Exception as exc:
-                logger.warning("upstream %r failed unexpectedly", self.name, exc_info=exc)
-                reason = reason_of(exc)
+                known = _expected(exc)
+                if known is None:
+                    logger.warning("upstream %r failed unexpectedly", self.name, exc_info=exc)
+                reason = reason_of(known or exc)
             self.connection = None
             self._set("down", reason, _public_reason(reason, self.spec))
             delay = self._backoff.delay(attempt)
@@ -264,6 +264,22 @@ class Slot:
             reason = await upstream.wait_gone()
             tg.cancel_scope.cancel()
         return reason
+
+
+_EXPECTED = (UpstreamStartError, UpstreamGoneError, MCPError, OSError)
+"""How an upstream connection normally fails: said in one line, no traceback."""
+
+
+def _expected(exc: BaseException) -> BaseException | None:
+    """``exc``, or the first expected failure inside a group of them (task groups wrap what they raise)."""
+    if isinstance(exc, _EXPECTED):
+        return exc
+    if isinstance(exc, BaseExceptionGroup):
+        for inner in exc.exceptions:
+            found = _expected(inner)
+            if found is not None:
+                return found
+    return None
 
 
 _EXIT = re.compile(r"exited with status -?\d+|was killed by (?:SIG[A-Z0-9]+|signal \d+)")

@@ -62,8 +62,10 @@ class GuardedH11(H11Protocol):
             self._header_timer = None
 
     def _shed_slowest(self) -> bool:
-        for slow in self.waiting:
-            self.waiting.pop(slow, None)
+        """Close the connection waiting longest for its headers; False when none can be closed."""
+        while self.waiting:
+            slow = next(iter(self.waiting))
+            del self.waiting[slow]
             if slow.transport is not None and not slow.transport.is_closing():
                 slow.transport.close()
                 return True
