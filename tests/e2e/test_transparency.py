@@ -34,10 +34,7 @@ def _server(request: pytest.FixtureRequest, name: str) -> tuple[list[str], dict[
 
 
 def _capabilities(result: types.InitializeResult) -> dict[str, Any]:
-    capabilities = wire(result.capabilities)
-    # Task-augmented execution (tasks/*) is not relayed, so the guard must not claim it.
-    capabilities.pop("tasks", None)
-    return capabilities
+    return wire(result.capabilities)
 
 
 @pytest.mark.parametrize("server", SERVERS)

@@ -162,8 +162,9 @@ class Judge:
         if self.log_contents:
             logger.info("result of %r (LOOP_GUARD_LOG_CONTENTS): %s", pending.tool, _clip(result.get("content")))
         ticket = pending.ticket
-        if ticket is None or result.get("resultType") == "input_required":
-            # Not judged: an ignored tool, or an interim result the client completes and retries.
+        if ticket is None or result.get("resultType") not in (None, "complete"):
+            # Not judged: an ignored tool, or an interim result (input_required, a task handle):
+            # the call's outcome is not known yet.
             if ticket is not None:
                 await self.agent.abandon(ticket, self.clock())
             self._report(pending, pending.verdict, {"result": result})

@@ -22,6 +22,7 @@ import anyio
 from mcp_loop_guard.config import ServerSpec, StdioServer
 from mcp_loop_guard.plan import Limits
 from mcp_loop_guard.proxy.relay.judge import Judge, Pending, Refusal
+from mcp_loop_guard.proxy.relay.tasks import HeldTasks, created_task
 from mcp_loop_guard.proxy.relay.tools import ToolFacts
 from mcp_loop_guard.proxy.relay.verdicts import complete, failed
 from mcp_loop_guard.proxy.upstream.child import ChildProcess
@@ -51,6 +52,8 @@ class InFlight:
     first_page: bool = False
     modern: bool = False
     """A 2026-07-28 request: results the guard writes for it name their type."""
+    task: str | None = None
+    """``tasks/result`` or ``tasks/cancel`` of a task whose call the guard holds."""
 
 
 def _carry(message: Message, entries: dict[str, str]) -> None:
@@ -63,8 +66,8 @@ def _carry(message: Message, entries: dict[str, str]) -> None:
 
 
 def _wrong_shape(result: dict[str, Any]) -> bool:
-    """A tools/call result whose content is not a list (interim 2026-07-28 results carry none)."""
-    if result.get("resultType") not in (None, "complete"):
+    """A tools/call result whose content is not a list (interim results and task handles carry none)."""
+    if result.get("resultType") not in (None, "complete") or created_task(result) is not None:
         return False
     return not isinstance(result.get("content"), list)
 
@@ -104,6 +107,7 @@ class Pipe:
         self.listed: list[Any] | None = None
         """The tools the client was last given (all pages), to tell it when a restarted upstream has others."""
         self.in_flight: dict[RequestId, InFlight] = {}
+        self.tasks = HeldTasks(judge)
         self.awaiting_client: set[RequestId] = set()
         self.bad_upstream_lines = 0
         self._tokens = 0
@@ -180,6 +184,8 @@ class Pipe:
             self.upstream.initialize = message.body
         elif method == "tools/list":
             flight.first_page = "cursor" not in params
+        elif method in ("tasks/result", "tasks/cancel") and params.get("taskId") in self.tasks:
+            flight.task = params["taskId"]
         self.in_flight[ident] = flight
         if flight.deadline < self._sleeping_until:
             self._wake.set()
@@ -308,7 +314,11 @@ class Pipe:
             logger.debug("dropped an upstream answer to an id nobody is waiting for")
             return
         result = message.body.get("result")
-        if flight.judged is not None:
+        if flight.judged is not None and isinstance(result, dict) and (task := created_task(result)) is not None:
+            await self.tasks.hold(task, flight.judged)  # judged when its result is fetched
+        elif flight.task is not None:
+            await self._task_answer(message, flight.task, cancelled=flight.method == "tasks/cancel")
+        elif flight.judged is not None:
             if isinstance(result, dict) and _wrong_shape(result):
                 await self._fail_wrong_shape(ident, flight)
                 return
@@ -327,6 +337,26 @@ class Pipe:
             self.facts.note(tools, first_page=flight.first_page)
             self.listed = list(tools) if flight.first_page or self.listed is None else [*self.listed, *tools]
         await self.send(message.line())
+
+    async def _task_answer(self, message: Message, task: str, *, cancelled: bool) -> None:
+        """A held task's result (judged like the call's own answer) or its cancellation."""
+        result = message.body.get("result")
+        if cancelled:
+            if isinstance(result, dict):
+                await self.tasks.drop(task)
+            return
+        pending = self.tasks.take(task)
+        if pending is None:
+            return
+        if isinstance(result, dict) and not _wrong_shape(result):
+            changed = await self.judge.finish(pending, result)
+            if changed is not None:
+                message.body["result"] = changed
+                message.changed()
+        elif isinstance(result, dict):
+            await self.judge.dropped(pending)
+        else:
+            await self.judge.failed(pending, message.body.get("error") or {})
 
     async def _fail_wrong_shape(self, ident: RequestId | None, flight: InFlight) -> None:
         assert ident is not None
@@ -390,6 +420,7 @@ class Pipe:
         """The child died: every request in flight gets the reason at once."""
         reason = self.upstream.down_reason() or f"upstream {self.upstream.label} {child.describe_exit()}"
         self.awaiting_client.clear()
+        await self.tasks.drop_all()
         for ident in list(self.in_flight):
             await self._fail(ident, reason, "gone")
 
