@@ -27,7 +27,7 @@ def _judge() -> Judge:
     return Judge(agent, lambda server, tool: POLICY, label="agent", clock=lambda: 1000.0)
 
 
-async def _call(judge: Judge, result: dict[str, Any]) -> dict[str, Any] | None | Refusal:
+async def _call(judge: Judge, result: dict[str, Any]) -> dict[str, Any] | Refusal | None:
     pending = await judge.begin("srv", "research", "research", {"topic": "x"})
     if isinstance(pending, Refusal):
         return pending
