@@ -138,3 +138,36 @@ async def test_modern_requests_keyed_by_header(rig: Rig) -> None:
     assert isinstance(again, types.CallToolResult)
     assert not again.is_error, texts(again)
     assert action(again) is None
+
+
+async def test_handshake_era_sampling_on_a_modern_connection_is_refused_not_hung(rig: Rig) -> None:
+    """A handshake-era upstream's sampling request during a 2026-07-28 client's call cannot reach that client.
+
+    2026-07-28 has no server-to-client requests, so the guard answers the upstream with an
+    error: the call ends with the upstream's own account of it, the client's sampling
+    callback is never asked, and the session goes on.
+    """
+    asked: list[types.CreateMessageRequestParams] = []
+
+    async def sample(context: object, params: types.CreateMessageRequestParams) -> types.CreateMessageResult:
+        asked.append(params)
+        return types.CreateMessageResult(role="assistant", content=types.TextContent(type="text", text="x"), model="m")
+
+    async with (
+        rig.guard(EVERYTHING_ARGS) as guard,
+        mcp_http_client({}) as http,
+        Client(
+            streamable_http_client(guard.mcp_url, http_client=http),
+            mode="auto",
+            read_timeout_seconds=20,
+            sampling_callback=sample,
+        ) as client,
+    ):
+        assert client.protocol_version == MODERN_VERSION
+        with anyio.fail_after(20):
+            result = await client.call_tool("trigger-sampling-request", {"prompt": "colour?", "maxTokens": 5})
+            after = await client.call_tool("echo", ECHO)
+    assert asked == []
+    assert result.is_error, result
+    assert "no back-channel for server-initiated requests" in texts(result)[0]
+    assert texts(after) == ["Echo: again"]
