@@ -26,7 +26,7 @@ from mcp_loop_guard.proxy.compat import handle_modern_request
 from mcp_loop_guard.proxy.downstream.http.agents import Agents, BusyError, KeyedAgent, agent_key
 from mcp_loop_guard.proxy.downstream.http.middleware import RETRY_AFTER_BUSY, reply, retry_after, token_of
 from mcp_loop_guard.proxy.downstream.sessions import SessionFactory
-from mcp_loop_guard.proxy.relay.aggregate import Context
+from mcp_loop_guard.proxy.relay.context import Context
 from mcp_loop_guard.proxy.relay.judge import Judge
 from mcp_loop_guard.proxy.relay.session_server import GuardedProxy
 

@@ -40,7 +40,7 @@ from mcp_loop_guard.proxy.downstream.http.agents import Agents
 from mcp_loop_guard.proxy.downstream.http.middleware import RETRY_AFTER_BUSY, reply, retry_after, token_of
 from mcp_loop_guard.proxy.downstream.http.sessionless import Sessionless
 from mcp_loop_guard.proxy.downstream.sessions import SessionFactory, fixed_judge
-from mcp_loop_guard.proxy.relay.aggregate import Context
+from mcp_loop_guard.proxy.relay.context import Context
 from mcp_loop_guard.proxy.relay.judge import Judge
 
 logger = logging.getLogger(__name__)
