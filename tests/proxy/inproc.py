@@ -212,7 +212,7 @@ async def guarded(server: AnyServer, **settings: Any) -> AsyncIterator[tuple[Tra
 
         await tg.start(pipe.upstream.run)
         tg.start_soon(pump)
-        tg.start_soon(pipe.watch_timeouts)
+        tg.start_soon(pipe.flights.watch)
         try:
             yield (client_read, client_write), session
         finally:

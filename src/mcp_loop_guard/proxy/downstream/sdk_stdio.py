@@ -27,7 +27,7 @@ from mcp_loop_guard.plan import Plan
 from mcp_loop_guard.proxy.downstream.agents import judge_for, opened_events, opened_store, stdio_agent
 from mcp_loop_guard.proxy.downstream.sessions import SessionFactory, fixed_judge
 from mcp_loop_guard.proxy.downstream.stdio import ABORT_LINGER, EXIT_LOOP_ABORTED, EXIT_OK, Ending, abort_line
-from mcp_loop_guard.proxy.relay.aggregate import Context
+from mcp_loop_guard.proxy.relay.context import Context
 from mcp_loop_guard.proxy.upstream.child import UpstreamStartError, terminate_all_now
 from mcp_loop_guard.proxy.upstream.pool import Slot
 from mcp_loop_guard.proxy.upstream.session import UpstreamGoneError

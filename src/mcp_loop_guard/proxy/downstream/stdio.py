@@ -120,7 +120,7 @@ async def serve_pipe(plan: Plan, first: ChildProcess | None = None) -> int:
             await tg.start(upstream.run)
             client_gone = anyio.Event()
             tg.start_soon(_read_client, stdin, pipe, settings.max_message_bytes, ending, client_gone)
-            tg.start_soon(pipe.watch_timeouts)
+            tg.start_soon(pipe.flights.watch)
             await ending.done.wait()
             if ending.why == "abort":
                 # The refusal is out: end the session by closing our stdout, so the client reads the

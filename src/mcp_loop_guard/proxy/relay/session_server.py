@@ -21,7 +21,8 @@ from mcp.shared.exceptions import MCPError
 from pydantic import BaseModel
 
 from mcp_loop_guard.core.model import Verdict
-from mcp_loop_guard.proxy.relay.aggregate import Aggregate, Context, for_era
+from mcp_loop_guard.proxy.relay.aggregate import Aggregate, for_era
+from mcp_loop_guard.proxy.relay.context import Context
 from mcp_loop_guard.proxy.relay.judge import Judge, Refusal
 from mcp_loop_guard.proxy.relay.sdk_server import SessionDownstream, SessionServer, client_identity, strip_envelope
 from mcp_loop_guard.proxy.relay.verdicts import failed

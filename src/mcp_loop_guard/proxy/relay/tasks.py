@@ -14,6 +14,7 @@ import logging
 from typing import Any
 
 from mcp_loop_guard.proxy.relay.judge import Judge, Pending
+from mcp_loop_guard.proxy.wire.messages import Message
 
 logger = logging.getLogger(__name__)
 
@@ -28,6 +29,13 @@ def created_task(result: dict[str, Any]) -> str | None:
         return None
     ident = task.get("taskId")
     return ident if isinstance(ident, str) else None
+
+
+def wrong_shape(result: dict[str, Any]) -> bool:
+    """A tools/call result whose content is not a list (interim results and task handles carry none)."""
+    if result.get("resultType") not in (None, "complete") or created_task(result) is not None:
+        return False
+    return not isinstance(result.get("content"), list)
 
 
 class HeldTasks:
@@ -52,6 +60,26 @@ class HeldTasks:
     def take(self, ident: str) -> Pending | None:
         """The call whose result this is, once: a second ``tasks/result`` is relayed unjudged."""
         return self._held.pop(ident, None)
+
+    async def answered(self, message: Message, task: str, *, cancelled: bool) -> None:
+        """A held task's result (judged like the call's own answer) or its cancellation."""
+        result = message.body.get("result")
+        if cancelled:
+            if isinstance(result, dict):
+                await self.drop(task)
+            return
+        pending = self.take(task)
+        if pending is None:
+            return
+        if isinstance(result, dict) and not wrong_shape(result):
+            changed = await self.judge.finish(pending, result)
+            if changed is not None:
+                message.body["result"] = changed
+                message.changed()
+        elif isinstance(result, dict):
+            await self.judge.dropped(pending)
+        else:
+            await self.judge.failed(pending, message.body.get("error") or {})
 
     async def drop(self, ident: str) -> None:
         """The task ended without a result the model reads (cancelled, upstream gone): nothing moves."""

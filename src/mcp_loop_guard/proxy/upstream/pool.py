@@ -35,13 +35,8 @@ from mcp_loop_guard.core.fingerprint import canonical_json
 from mcp_loop_guard.plan import Limits
 from mcp_loop_guard.proxy.upstream.backoff import Backoff
 from mcp_loop_guard.proxy.upstream.child import UpstreamStartError
-from mcp_loop_guard.proxy.upstream.session import (
-    Downstream,
-    Upstream,
-    UpstreamGoneError,
-    open_http_upstream,
-    open_stdio_upstream,
-)
+from mcp_loop_guard.proxy.upstream.session import Downstream, Upstream, UpstreamGoneError
+from mcp_loop_guard.proxy.upstream.transports import open_http_upstream, open_stdio_upstream
 
 logger = logging.getLogger(__name__)
 

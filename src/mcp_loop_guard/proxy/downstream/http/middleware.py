@@ -26,6 +26,8 @@ _LOCAL_HOSTS = ["127.0.0.1:*", "localhost:*", "[::1]:*", "127.0.0.1", "localhost
 _LOCAL_ORIGINS = ["http://127.0.0.1:*", "http://localhost:*", "http://[::1]:*"]
 TOKEN_NAME = "mcp-loop-guard.token"  # noqa: S105 - a scope key, not a secret
 """Scope state key holding the name of the token a request was accepted with."""
+RETRY_AFTER_BUSY = 5
+"""Seconds a client refused for lack of room (503) is told to wait."""
 
 
 def security_settings(settings: Settings) -> TransportSecuritySettings:
@@ -54,6 +56,11 @@ async def reply(
         }
     )
     await send({"type": "http.response.body", "body": body.encode()})
+
+
+def retry_after(seconds: int) -> list[tuple[bytes, bytes]]:
+    """The header telling a refused client when to try again."""
+    return [(b"retry-after", str(seconds).encode())]
 
 
 def header(scope: Scope, name: bytes) -> bytes | None:

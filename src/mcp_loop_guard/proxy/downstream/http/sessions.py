@@ -3,7 +3,7 @@
 The guard owns its session manager rather than using the SDK's: every session needs a server
 of its own (its judge, its upstream links), sessions are capped, and an aborted session ends
 at once: its refusal goes out, then its id answers 404. Requests without a session
-(``--stateless``, 2026-07-28) are served by one shared proxy, judged by their key's agent.
+(``--stateless``, 2026-07-28) go to :mod:`.sessionless`.
 
 Each session lives in a task of its own that also closes it, so expiry, eviction and
 shutdown never close something from another task.
@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import AsyncIterator, Iterator, Mapping
+from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from uuid import uuid4
@@ -22,37 +22,28 @@ import anyio
 import anyio.abc
 import mcp_types as types
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
-from mcp.server.connection import Connection
-from mcp.server.runner import serve_connection, serve_dual_era_loop, serve_loop
+from mcp.server.runner import serve_dual_era_loop, serve_loop
 from mcp.server.sse import SseServerTransport
 from mcp.server.streamable_http import MCP_SESSION_ID_HEADER, StreamableHTTPServerTransport
 from mcp.server.transport_security import TransportSecuritySettings
 from mcp.shared.inbound import MCP_PROTOCOL_VERSION_HEADER
-from mcp.shared.jsonrpc_dispatcher import JSONRPCDispatcher
 from mcp.shared.message import SessionMessage
-from mcp.shared.transport_context import TransportContext
-from mcp_types import DEFAULT_NEGOTIATED_VERSION
 from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS
 from starlette.types import Message, Receive, Scope, Send
 
 from mcp_loop_guard.core.model import Verdict
 from mcp_loop_guard.metrics import Metrics
 from mcp_loop_guard.plan import Plan
-from mcp_loop_guard.proxy.compat import handle_modern_request
 from mcp_loop_guard.proxy.downstream.agents import agent_loop, judge_for
 from mcp_loop_guard.proxy.downstream.http.admin import LiveAgent
-from mcp_loop_guard.proxy.downstream.http.agents import Agents, BusyError, KeyedAgent, agent_key
-from mcp_loop_guard.proxy.downstream.http.middleware import reply, token_of
+from mcp_loop_guard.proxy.downstream.http.agents import Agents
+from mcp_loop_guard.proxy.downstream.http.middleware import RETRY_AFTER_BUSY, reply, retry_after, token_of
+from mcp_loop_guard.proxy.downstream.http.sessionless import Sessionless
 from mcp_loop_guard.proxy.downstream.sessions import SessionFactory, fixed_judge
-from mcp_loop_guard.proxy.relay.aggregate import Context
+from mcp_loop_guard.proxy.relay.context import Context
 from mcp_loop_guard.proxy.relay.judge import Judge
-from mcp_loop_guard.proxy.relay.session_server import GuardedProxy
 
 logger = logging.getLogger(__name__)
-
-AGENT = "mcp-loop-guard.agent"
-"""Scope state key holding a sessionless request's agent."""
-RETRY_AFTER_BUSY = 5
 
 
 @dataclass(eq=False)
@@ -95,7 +86,7 @@ class GuardSessions:
         self.live: dict[str, Live] = {}
         self.sse_live: dict[str, Judge] = {}
         """Open SSE sessions by agent key, for the admin API."""
-        self.keyed_proxy: GuardedProxy | None = None
+        self.sessionless = Sessionless(plan, factory=factory, agents=agents, security=security)
         self._tg: anyio.abc.TaskGroup | None = None
 
     @asynccontextmanager
@@ -103,34 +94,11 @@ class GuardSessions:
         """Serve until the context ends; then every session closes in its own task."""
         async with anyio.create_task_group() as tg:
             self._tg = tg
-            await tg.start(self._hold_keyed_proxy)
-            tg.start_soon(self._expire_agents)
+            await self.sessionless.start(tg)
             try:
                 yield
             finally:
                 tg.cancel_scope.cancel()
-
-    async def _hold_keyed_proxy(self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
-        async def judge_of(ctx: Context) -> Judge:
-            request = ctx.request
-            agent = request.scope.get("state", {}).get(AGENT) if request is not None else None
-            if not isinstance(agent, KeyedAgent):
-                raise RuntimeError("a sessionless request reached the guard without its agent")
-            return agent.judge
-
-        def on_abort(ctx: Context, verdict: Verdict) -> None:
-            logger.warning("an agent was aborted for looping on %r; its requests get 429 for a while", verdict.tool)
-
-        async with self.factory.open(judge_of, on_abort, shared_only=True) as proxy:
-            self.keyed_proxy = proxy
-            task_status.started()
-            await anyio.sleep_forever()
-
-    async def _expire_agents(self) -> None:
-        idle = self.settings.session_idle_seconds
-        while True:
-            await anyio.sleep(min(idle, 30.0))
-            self.agents.expire(idle)
 
     def held(self) -> Iterator[LiveAgent]:
         """Every agent held in memory now: sessions, SSE sessions, keyed agents (for the admin API)."""
@@ -149,7 +117,7 @@ class GuardSessions:
         version = headers.get(MCP_PROTOCOL_VERSION_HEADER.lower())
         modern = version is not None and version not in HANDSHAKE_PROTOCOL_VERSIONS
         if modern or self.settings.stateless:
-            await self._sessionless(scope, receive, send, headers, version, modern=modern)
+            await self.sessionless.serve(scope, receive, send, headers, version, modern=modern)
             return
         session_id = headers.get(MCP_SESSION_ID_HEADER.lower())
         if session_id is None:
@@ -175,7 +143,9 @@ class GuardSessions:
     async def _open_session(self, scope: Scope, receive: Receive, send: Send) -> None:
         assert self._tg is not None
         if len(self.live) >= self.settings.max_sessions and not await self._evict_idle_session():
-            await reply(send, 503, "Service Unavailable: too many sessions; try again later", _retry(RETRY_AFTER_BUSY))
+            await reply(
+                send, 503, "Service Unavailable: too many sessions; try again later", retry_after(RETRY_AFTER_BUSY)
+            )
             return
         session_id = uuid4().hex
         transport = StreamableHTTPServerTransport(
@@ -240,80 +210,6 @@ class GuardSessions:
             with anyio.CancelScope(shield=True):
                 await live.transport.terminate()
         live.scope.cancel()
-
-    # --- requests without a session ----------------------------------------------------------
-
-    async def _sessionless(
-        self,
-        scope: Scope,
-        receive: Receive,
-        send: Send,
-        headers: Mapping[str, str],
-        version: str | None,
-        *,
-        modern: bool,
-    ) -> None:
-        client = scope.get("client")
-        key = agent_key(
-            token_of(scope),
-            headers.get(self.settings.session_key_header.lower()),
-            client[0] if client else "unknown",
-            trust_header=self.settings.trust_key_header,
-        )
-        try:
-            agent = await self.agents.get(key)
-        except BusyError:
-            await reply(
-                send, 503, "Service Unavailable: too many agents busy; try again later", _retry(RETRY_AFTER_BUSY)
-            )
-            return
-        wait = await self.agents.aborted(agent)
-        if wait > 0:
-            seconds = int(wait) + 1
-            message = (
-                f"loop guard: this agent's session was aborted for looping; retry after {seconds}s "
-                "with a different approach"
-            )
-            await reply(send, 429, message, _retry(seconds))
-            return
-        scope.setdefault("state", {})[AGENT] = agent
-        agent.in_flight += 1
-        try:
-            proxy = self.keyed_proxy
-            assert proxy is not None
-            if modern:
-                await handle_modern_request(proxy.server, self.security, False, {}, scope, receive, send)
-            else:
-                await self._serve_stateless(proxy, version, scope, receive, send)
-        finally:
-            agent.in_flight -= 1
-
-    async def _serve_stateless(
-        self, proxy: GuardedProxy, version: str | None, scope: Scope, receive: Receive, send: Send
-    ) -> None:
-        assert self._tg is not None
-        transport = StreamableHTTPServerTransport(mcp_session_id=None, security_settings=self.security)
-
-        async def run(*, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
-            async with transport.connect() as (read, write):
-                task_status.started()
-                # One request per connection, so the connection is born initialized (as in the SDK's
-                # own stateless mode); with no session, nothing can reach the client but the answer.
-                dispatcher: JSONRPCDispatcher[TransportContext] = JSONRPCDispatcher(
-                    read,
-                    write,
-                    inline_methods=frozenset({"initialize"}),
-                    transport_builder=lambda _md: TransportContext(kind="streamable-http", can_send_request=False),
-                )
-                connection = Connection.from_envelope(version or DEFAULT_NEGOTIATED_VERSION, None, None)
-                await serve_connection(proxy.server, dispatcher, connection=connection, lifespan_state={})
-
-        await self._tg.start(run)
-        try:
-            await transport.handle_request(scope, receive, send)
-        finally:
-            with anyio.CancelScope(shield=True):
-                await transport.terminate()
 
     # --- legacy SSE ---------------------------------------------------------------------------
 
@@ -386,10 +282,6 @@ async def _status_of(live: Live, scope: Scope, receive: Receive, send: Send) -> 
     finally:
         live.in_flight -= 1
     return status
-
-
-def _retry(seconds: int) -> list[tuple[bytes, bytes]]:
-    return [(b"retry-after", str(seconds).encode())]
 
 
 def _tool(verdict: Verdict | None) -> str:

@@ -1,0 +1,178 @@
+"""How an SDK client session reaches an upstream: a child process's stdio, or streamable HTTP or SSE.
+
+A child's stdout is read with the guard's own line framing, so a line that is no JSON-RPC
+message (or is over the size limit) is answered or skipped rather than breaking the session.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import ssl
+from collections.abc import AsyncIterator, Mapping
+from contextlib import AsyncExitStack, asynccontextmanager, suppress
+
+import anyio
+import httpx2
+import mcp_types as types
+from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
+from mcp.client.sse import sse_client
+from mcp.client.streamable_http import streamable_http_client
+from mcp.shared.exceptions import MCPError
+from mcp.shared.message import SessionMessage
+from pydantic import ValidationError
+
+from mcp_loop_guard.config import StdioServer, redact_url
+from mcp_loop_guard.proxy.compat import MCP_DEFAULT_SSE_READ_TIMEOUT, MCP_DEFAULT_TIMEOUT
+from mcp_loop_guard.proxy.upstream.child import ChildProcess, spawn
+from mcp_loop_guard.proxy.upstream.session import Upstream, UpstreamGoneError, brief
+from mcp_loop_guard.proxy.wire import messages as wire
+from mcp_loop_guard.proxy.wire.lines import LineReader, Oversized
+
+logger = logging.getLogger(__name__)
+
+CONNECT_TIMEOUT = 10.0
+"""Seconds to reach an HTTP upstream (TCP and TLS) before it counts as down."""
+
+
+async def _pump_out(
+    child: ChildProcess, send: MemoryObjectSendStream[SessionMessage | Exception], max_bytes: int
+) -> None:
+    """The child's stdout lines as SDK messages; what cannot be one is answered or skipped, never fatal."""
+    lines = LineReader(max_bytes)
+    junk = 0
+    async with send:
+        with suppress(OSError, anyio.BrokenResourceError, anyio.ClosedResourceError):
+            while chunk := await child.from_child.read():
+                for line in lines.feed(chunk):
+                    message, is_junk = _as_session_message(line, child, max_bytes)
+                    junk += is_junk
+                    if is_junk and junk == 1:
+                        logger.warning(
+                            "upstream `%s` wrote a line to stdout that is not JSON-RPC; ignoring it and any later ones",
+                            child.label,
+                        )
+                    if message is not None:
+                        await send.send(message)
+
+
+def _as_session_message(  # noqa: PLR0911 - one return per kind of line
+    line: bytes | Oversized, child: ChildProcess, max_bytes: int
+) -> tuple[SessionMessage | None, bool]:
+    """A line as an SDK message (or the error standing in for it); None with True for junk."""
+    if isinstance(line, Oversized):
+        logger.warning(
+            "upstream `%s` sent a %d-byte message (limit %d); not relayed", child.label, line.size, max_bytes
+        )
+        if line.request_id is None:
+            return None, False
+        why = (
+            f"the upstream's answer of {line.size} bytes is over the limit of {max_bytes} "
+            "(LOOP_GUARD_MAX_MESSAGE_BYTES); it was not relayed"
+        )
+        return _error_message(line.request_id, why, "too-large"), False
+    parsed = wire.parse(line)
+    if parsed is None:
+        return None, False
+    if isinstance(parsed, wire.BadLine):
+        if parsed.response_to is None:
+            return None, True
+        why = "the upstream answered with a response of the wrong shape (its result must be an object)"
+        return _error_message(parsed.response_to, why, "invalid-result"), False
+    try:
+        return SessionMessage(types.jsonrpc_message_adapter.validate_python(parsed.body, by_name=False)), False
+    except ValidationError:
+        ident = parsed.id
+        if ident is not None and parsed.is_response:
+            why = "the upstream answered with a response of the wrong shape"
+            return _error_message(ident, why, "invalid-result"), False
+        return None, True
+
+
+def _error_message(request_id: wire.RequestId, message: str, fault: str) -> SessionMessage:
+    error = types.ErrorData(code=types.INTERNAL_ERROR, message=message, data={wire.GUARD_FAULT: fault})
+    return SessionMessage(types.JSONRPCError(jsonrpc="2.0", id=request_id, error=error))
+
+
+async def _pump_in(child: ChildProcess, receive: MemoryObjectReceiveStream[SessionMessage]) -> None:
+    """SDK messages to the child's stdin, one line each; a dead child's input is drained and dropped."""
+    async with receive:
+        try:
+            async for message in receive:
+                await child.to_child.write(
+                    message.message.model_dump_json(by_alias=True, exclude_unset=True).encode() + b"\n"
+                )
+        except OSError:
+            async for _ in receive:
+                pass
+        finally:
+            child.close_stdin()
+
+
+@asynccontextmanager
+async def open_stdio_upstream(spec: StdioServer, *, max_bytes: int) -> AsyncIterator[Upstream]:
+    """Start the upstream command; the MCP handshake waits for :meth:`Upstream.connect`.
+
+    Raises:
+        UpstreamStartError: the command cannot be started.
+    """
+    child = spawn([spec.command, *spec.args], env=spec.env, cwd=spec.cwd, display=spec.display)
+    read_send, read_receive = anyio.create_memory_object_stream[SessionMessage | Exception](16)
+    write_send, write_receive = anyio.create_memory_object_stream[SessionMessage](16)
+    try:
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(child.watch)
+            tg.start_soon(child.relay_stderr)
+            tg.start_soon(_pump_out, child, read_send, max_bytes)
+            tg.start_soon(_pump_in, child, write_receive)
+            upstream = Upstream(spec.name, read_receive, write_send, child=child)
+            try:
+                async with upstream.session:
+                    yield upstream
+            finally:
+                write_send.close()
+                await child.stop()
+                tg.cancel_scope.cancel()
+    finally:
+        await child.stop(eof_grace=0, term_grace=0.5)
+
+
+@asynccontextmanager
+async def open_http_upstream(
+    name: str, url: str, *, transport: str = "http", headers: Mapping[str, str] | None = None
+) -> AsyncIterator[Upstream]:
+    """Connect to a streamable HTTP or SSE upstream; the handshake waits for :meth:`Upstream.connect`.
+
+    Raises:
+        UpstreamGoneError: the upstream cannot be reached.
+    """
+    label = f"{name} ({redact_url(url)})"
+    async with AsyncExitStack() as stack:
+        try:
+            if transport == "sse":
+                read, write = await stack.enter_async_context(
+                    sse_client(url, headers=dict(headers or {}), timeout=CONNECT_TIMEOUT)
+                )
+            else:
+                client = await stack.enter_async_context(_http_client(headers))
+                read, write = await stack.enter_async_context(
+                    streamable_http_client(url, http_client=client, terminate_on_close=True)
+                )
+        except (OSError, httpx2.HTTPError, MCPError) as exc:
+            raise UpstreamGoneError(f"upstream {label} is unreachable: {brief(exc)}") from exc
+        upstream = Upstream(name, read, write, label=label)
+        await stack.enter_async_context(upstream.session)
+        yield upstream
+
+
+@functools.cache
+def _tls() -> ssl.SSLContext:
+    """One TLS context for every upstream connection: each costs about 1 MB to build, and
+    an HTTP guard opens an upstream connection per downstream session."""
+    return httpx2.create_ssl_context()
+
+
+def _http_client(headers: Mapping[str, str] | None) -> httpx2.AsyncClient:
+    """An HTTP client with the SDK's MCP timeouts (long reads for event streams), a bounded connect."""
+    timeout = httpx2.Timeout(MCP_DEFAULT_TIMEOUT, read=MCP_DEFAULT_SSE_READ_TIMEOUT, connect=CONNECT_TIMEOUT)
+    return httpx2.AsyncClient(headers=dict(headers or {}), timeout=timeout, verify=_tls())
