@@ -268,3 +268,16 @@ async def test_loop_judged_while_listening(process_marker: str, tmp_path: Path) 
         "notifications/subscriptions/acknowledged",
         "notifications/tools/list_changed",
     ]
+
+
+async def test_listen_stream_outlives_the_call_timeout(process_marker: str, tmp_path: Path) -> None:
+    """The call timeout cuts hung requests, not a listen stream, which is open for as long as the client keeps it."""
+    tap = tmp_path / "listen-wire.jsonl"
+    argv = guard_command(_listen_server(tap), ["--call-timeout-seconds", "1"])
+    parameters = StdioServerParameters(command=argv[0], args=argv[1:], env=server_environment(process_marker, None))
+    with anyio.fail_after(60):
+        async with Client(parameters, mode="auto") as client, _listening(client, tools_list_changed=True) as stream:
+            await anyio.sleep(2.5)  # idle for longer than the call timeout: the point of the test
+            await client.call_tool("register_tool", {"name": "late"})
+            assert await _next_event(stream) == ToolsListChanged()
+    assert tapped(tap, "server", "notifications/cancelled") == []

@@ -115,3 +115,14 @@ async def test_a_cancelled_task_moves_nothing(raw_guard: RawConnector, everythin
         completed = await _run(guard, "cancelled")
         assert len(result_texts(completed)) == 1, completed
         assert "_meta" not in completed["result"] or VERDICT_KEY not in completed["result"]["_meta"]
+
+
+async def test_a_blocking_task_result_outlives_the_call_timeout(
+    raw_guard: RawConnector, everything_server: list[str]
+) -> None:
+    """``tasks/result`` asked at once waits for the whole task (4 s here), past a 1 s call timeout."""
+    async with raw_guard(everything_server, guard_args=["--call-timeout-seconds", "1"]) as guard:
+        created = await _start(guard, "patience")
+        report = await guard.request("tasks/result", {"taskId": created["result"]["task"]["taskId"]}, within=30)
+    assert "result" in report, report
+    assert result_texts(report)[0].startswith("# Research Report: patience")

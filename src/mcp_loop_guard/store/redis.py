@@ -116,7 +116,7 @@ class RedisStore:
         expected = self._seen.get(key)
         if expected is None:
             expected = await self._call(self._redis.get(PREFIX + "s:" + key)) or ""
-        for _ in range(MAX_TRIES):
+        for attempt in range(MAX_TRIES):
             state = read_state(expected or None) or State()
             result = fold(state)
             value = write_state(state)
@@ -127,7 +127,9 @@ class RedisStore:
                 self._remember(key, value)
                 return state, result
             expected = current
-            await anyio.sleep(random.uniform(0, 0.002))  # noqa: S311 - jitter, so contenders fall out of step
+            # Jitter growing with each lost race (at most 50 ms), so contenders fall out of step even
+            # on a loaded machine where a fixed window keeps them colliding.
+            await anyio.sleep(random.uniform(0, min(0.05, 0.001 * 2**attempt)))  # noqa: S311 - jitter, not crypto
         msg = f"could not update one agent's state after {MAX_TRIES} concurrent changes"
         raise StoreError(msg)
 

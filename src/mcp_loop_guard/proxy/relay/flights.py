@@ -28,6 +28,9 @@ logger = logging.getLogger(__name__)
 
 MODERN_META = "io.modelcontextprotocol/protocolVersion"
 """The key every 2026-07-28 request carries in its ``_meta``."""
+OPEN_ENDED = frozenset({"subscriptions/listen", "tasks/result"})
+"""Requests that rightly stay open with no answer or progress: a listen stream lasts as long as the
+client keeps it, and ``tasks/result`` waits for a task that its own time-to-live bounds."""
 _OWN_TOKEN = "mcp-loop-guard-progress-"  # noqa: S105 - a progress token prefix, not a secret
 """Progress tokens the guard adds (for the call timeout) to requests that carry none."""
 
@@ -79,14 +82,14 @@ class Flights:
 
     def track(self, message: Message, method: str, params: dict[str, Any]) -> InFlight:
         """The bookkeeping of one request; a progress token of the guard's own when only the timeout needs one."""
-        timeout = self.limits.call_timeout
+        timeout = None if method in OPEN_ENDED else self.limits.call_timeout
         if method == "initialize":
             timeout = timeout or HANDSHAKE_TIMEOUT
         deadline = anyio.current_time() + timeout if timeout else math.inf
         meta = params.get("_meta")
         token = meta.get("progressToken") if isinstance(meta, dict) else None
         own = False
-        if token is None and self.limits.call_timeout and method not in ("initialize", "ping"):
+        if token is None and timeout and method not in ("initialize", "ping"):
             self._tokens += 1
             token, own = f"{_OWN_TOKEN}{self._tokens}", True
             message.body["params"] = {
