@@ -49,6 +49,8 @@ NOTE_URI = "note://board"
 """The listen fixture's one resource; ``write_note`` announces its updates."""
 SUBSCRIPTION_ID = "io.modelcontextprotocol/subscriptionId"
 """The ``_meta`` key stamping each frame of a ``subscriptions/listen`` stream."""
+SERVER_INFO = "io.modelcontextprotocol/serverInfo"
+"""The ``_meta`` key naming the server on every 2026-07-28 result."""
 EVENT_WAIT = 10
 """Seconds an announced change may take to arrive."""
 
@@ -252,6 +254,9 @@ async def test_loop_judged_while_listening(process_marker: str, tmp_path: Path) 
                 assert (found["tool"], found["streak"]) == ("ask", 3)
                 assert refused.is_error
                 assert refused.result_type == "complete"
+                assert refused.meta is not None
+                assert warned.meta is not None
+                assert refused.meta[SERVER_INFO] == warned.meta[SERVER_INFO], "named as the upstream names itself"
                 assert len(texts(refused)) == 1
                 assert texts(refused)[0].startswith(MARKER)
 

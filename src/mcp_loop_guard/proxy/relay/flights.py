@@ -72,6 +72,8 @@ class Flights:
         self.send = send
         self.judge = judge
         self._flights: dict[RequestId, InFlight] = {}
+        self.server_info: object = None
+        """The upstream's 2026-07-28 ``serverInfo``, stamped on the results the guard writes in that era."""
         self._tokens = 0
         self._wake = anyio.Event()
         self._sleeping_until = math.inf
@@ -114,7 +116,7 @@ class Flights:
         """Progress restarts its request's timeout; True when the token is the guard's own (not for the client)."""
         for flight in self._flights.values():
             if flight.token == token:
-                if self.limits.call_timeout:
+                if self.limits.call_timeout and math.isfinite(flight.deadline):
                     flight.deadline = anyio.current_time() + self.limits.call_timeout
                 return flight.own_token
         return False
@@ -126,7 +128,8 @@ class Flights:
             if flight.judged is not None:
                 await self.judge.dropped(flight.judged)
             logger.warning("tools/call failed: %s", reason)
-            await self.send(wire.result(ident, complete(failed(reason), modern=flight.modern)).line())
+            result = complete(failed(reason), modern=flight.modern, server_info=self.server_info)
+            await self.send(wire.result(ident, result).line())
             return
         await self.send(wire.error(ident, wire.INTERNAL_ERROR, reason, {wire.GUARD_FAULT: fault}).line())
 

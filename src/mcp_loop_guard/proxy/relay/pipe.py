@@ -21,7 +21,7 @@ from mcp_loop_guard.proxy.relay.flights import Flights, InFlight, carry
 from mcp_loop_guard.proxy.relay.judge import Judge, Refusal
 from mcp_loop_guard.proxy.relay.tasks import HeldTasks, created_task, wrong_shape
 from mcp_loop_guard.proxy.relay.tool_list import ToolList
-from mcp_loop_guard.proxy.relay.verdicts import complete
+from mcp_loop_guard.proxy.relay.verdicts import SERVER_INFO, complete
 from mcp_loop_guard.proxy.upstream.child import ChildProcess
 from mcp_loop_guard.proxy.upstream.stdio import HANDSHAKE_TIMEOUT, StdioUpstream, UpstreamDownError
 from mcp_loop_guard.proxy.wire import messages as wire
@@ -126,7 +126,8 @@ class Pipe:
                 trace=meta if isinstance(meta, dict) else None,
             )
             if isinstance(decision, Refusal):
-                await self.send(wire.result(ident, complete(decision.result, modern=flight.modern)).line())
+                refusal = complete(decision.result, modern=flight.modern, server_info=self.flights.server_info)
+                await self.send(wire.result(ident, refusal).line())
                 if decision.abort:
                     self.on_abort()
                 return
@@ -217,6 +218,8 @@ class Pipe:
             logger.debug("dropped an upstream answer to an id nobody is waiting for")
             return
         result = message.body.get("result")
+        if flight.modern and isinstance(result, dict) and isinstance(meta := result.get("_meta"), dict):
+            self.flights.server_info = meta.get(SERVER_INFO, self.flights.server_info)
         if flight.judged is not None and isinstance(result, dict) and (task := created_task(result)) is not None:
             await self.tasks.hold(task, flight.judged)  # judged when its result is fetched
         elif flight.task is not None:

@@ -77,10 +77,20 @@ def refused(verdict: Verdict, policy: Policy) -> dict[str, Any]:
     return _with_meta(result, verdict, policy)
 
 
-def complete(result: dict[str, Any], *, modern: bool) -> dict[str, Any]:
-    """A result the guard wrote, typed as 2026-07-28 results are (``resultType``) when the request was."""
-    if modern and "resultType" not in result:
-        result["resultType"] = "complete"
+SERVER_INFO = "io.modelcontextprotocol/serverInfo"
+"""The ``_meta`` key naming the server on every 2026-07-28 result."""
+
+
+def complete(result: dict[str, Any], *, modern: bool, server_info: object = None) -> dict[str, Any]:
+    """A result the guard wrote, shaped as 2026-07-28 results are when the request was.
+
+    It names its type (``resultType``) and, as every result of that era should, the server
+    (the upstream's ``serverInfo``, as last seen on one of its results).
+    """
+    if modern:
+        result.setdefault("resultType", "complete")
+        if server_info is not None:
+            result["_meta"] = {SERVER_INFO: server_info, **(result.get("_meta") or {})}
     return result
 
 
