@@ -96,9 +96,9 @@ class ChildProcess:
         with suppress(subprocess.TimeoutExpired):
             self.process.wait(TERM_GRACE)
         _live.discard(self)
-        for fd in (self.to_child.fd, self.from_child.fd, self.from_stderr.fd):
-            with suppress(OSError):
-                os.close(fd)
+        self._stdin_open = False
+        for fd in (self.to_child, self.from_child, self.from_stderr):
+            fd.close()
 
     @property
     def pid(self) -> int:
@@ -136,8 +136,7 @@ class ChildProcess:
         self.stopping = True
         if self._stdin_open:
             self._stdin_open = False
-            with suppress(OSError):
-                os.close(self.to_child.fd)
+            self.to_child.close()
 
     async def watch(self) -> None:
         """Set :attr:`exited` when the process ends (and reap it)."""
@@ -186,9 +185,8 @@ class ChildProcess:
                 _signal_group(pgid, signal.SIGKILL)
             await self._reaped(term_grace)
             _live.discard(self)
-            for fd in (self.from_child.fd, self.from_stderr.fd):
-                with suppress(OSError):
-                    os.close(fd)
+            self.from_child.close()
+            self.from_stderr.close()
 
     async def _reaped(self, limit: float) -> None:
         """Wait up to ``limit`` seconds for the process to end, reaping it."""

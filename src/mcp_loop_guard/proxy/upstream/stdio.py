@@ -45,6 +45,8 @@ class _Own:
     """A request of the guard's own, awaiting its answer."""
 
     done: anyio.Event
+    child: ChildProcess
+    """The child asked: only its end releases the request (a replaced child ends after its successor started)."""
     answer: dict[str, Any] | None = None
 
 
@@ -125,7 +127,8 @@ class StdioUpstream:
             tg.cancel_scope.cancel()
         self._went_down(child)
         for own in self._own.values():
-            own.done.set()
+            if own.child is child:
+                own.done.set()
         await self.on_exit(child)
 
     async def _take(self, line: bytes | Oversized) -> None:
@@ -237,7 +240,7 @@ class StdioUpstream:
         if target is None or target.exited.is_set():
             return None
         ident = f"{OWN_ID_PREFIX}{next(self._ids)}"
-        own = _Own(anyio.Event())
+        own = _Own(anyio.Event(), target)
         self._own[ident] = own
         body: dict[str, Any] = {"jsonrpc": "2.0", "id": ident, "method": method}
         if params is not None:

@@ -8,6 +8,7 @@ a stray print or an inherited descriptor can never corrupt the protocol channel.
 
 from __future__ import annotations
 
+import errno
 import os
 import stat
 from collections import deque
@@ -40,28 +41,41 @@ class Fd:
             os.set_blocking(fd, False)
 
     def close(self) -> None:
-        """Close the descriptor, once (a closed number may be reused by another file at once)."""
+        """Close the descriptor, once, waking a task that waits on it first.
+
+        The number may be reused by another file at once: a reader still waiting on it would
+        then wait on (or read) the new file, so it is woken to see end of file instead.
+        """
         if not self.closed:
             self.closed = True
+            if self.on_loop:
+                with suppress(RuntimeError):  # no event loop (closed at exit): nobody can be waiting
+                    anyio.notify_closing(self.fd)
             with suppress(OSError):
                 os.close(self.fd)
 
     async def read(self) -> bytes:
-        """The next chunk; b"" at end of file.
+        """The next chunk; b"" at end of file, or once the descriptor was closed.
 
         Raises:
             OSError: the descriptor failed.
         """
         if not self.on_loop:
             return await anyio.to_thread.run_sync(os.read, self.fd, self.read_size, abandon_on_cancel=True)
-        while True:
+        while not self.closed:
             try:
                 return os.read(self.fd, self.read_size)
             except BlockingIOError:
-                await anyio.wait_readable(self.fd)
+                try:
+                    await anyio.wait_readable(self.fd)
+                except anyio.ClosedResourceError:
+                    break
+        return b""
 
     def write_now(self, data: bytes | memoryview) -> int:
         """Write what fits without waiting; the number of bytes written (0 when the pipe is full)."""
+        if self.closed:
+            raise BrokenPipeError(errno.EPIPE, "the descriptor was closed")
         if not self.on_loop:
             return 0
         try:
@@ -77,11 +91,16 @@ class Fd:
         """
         view = memoryview(data)
         while view:
+            if self.closed:
+                raise BrokenPipeError(errno.EPIPE, "the descriptor was closed")
             if self.on_loop:
                 try:
                     written = os.write(self.fd, view)
                 except BlockingIOError:
-                    await anyio.wait_writable(self.fd)
+                    try:
+                        await anyio.wait_writable(self.fd)
+                    except anyio.ClosedResourceError:
+                        continue
                     continue
             else:
                 written = await anyio.to_thread.run_sync(os.write, self.fd, view)

@@ -1,0 +1,59 @@
+"""The message relay's restartable stdio upstream, with real child processes."""
+
+from __future__ import annotations
+
+import sys
+
+import anyio
+import pytest
+
+from mcp_loop_guard.config import StdioServer
+from mcp_loop_guard.proxy.upstream.child import ChildProcess
+from mcp_loop_guard.proxy.upstream.stdio import StdioUpstream
+from mcp_loop_guard.proxy.wire.lines import Oversized
+from mcp_loop_guard.proxy.wire.messages import BadLine, Message
+
+pytestmark = pytest.mark.anyio
+
+# Exits at stdin EOF, but a detached grandchild keeps its stdout open for half a second after,
+# so the guard reads that child's end only once its successor has been started.
+_SLOW_TO_CLOSE = """
+import subprocess, sys
+holder = "import os, time\\nparent = os.getppid()\\nwhile os.getppid() == parent: time.sleep(0.02)\\ntime.sleep(0.5)"
+subprocess.Popen([sys.executable, "-c", holder], start_new_session=True)
+sys.stdin.read()
+"""
+# Answers the first request (the replayed initialize) a second after it came.
+_SLOW_TO_ANSWER = """
+import json, sys, time
+request = json.loads(sys.stdin.readline())
+time.sleep(1.0)
+result = {"protocolVersion": "2025-11-25", "capabilities": {}, "serverInfo": {"name": "new", "version": "1"}}
+sys.stdout.write(json.dumps({"jsonrpc": "2.0", "id": request["id"], "result": result}) + "\\n")
+sys.stdout.flush()
+sys.stdin.read()
+"""
+
+
+async def test_a_replaced_childs_late_end_leaves_its_successors_handshake_alone() -> None:
+    """A config reload's new child completes the replayed handshake even when the old one's output ends later."""
+
+    async def on_message(item: Message | BadLine | Oversized) -> None:
+        pass
+
+    async def on_exit(child: ChildProcess) -> None:
+        pass
+
+    old = StdioServer(name="work", command=sys.executable, args=("-c", _SLOW_TO_CLOSE))
+    new = StdioServer(name="work", command=sys.executable, args=("-c", _SLOW_TO_ANSWER))
+    upstream = StdioUpstream(old, on_message, on_exit, max_bytes=1 << 20)
+    upstream.initialize = {"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {"capabilities": {}}}
+    with anyio.fail_after(20):
+        async with anyio.create_task_group() as tg:
+            await tg.start(upstream.run)
+            await upstream.replace(new)
+            replaced = upstream.down_reason()
+            tg.cancel_scope.cancel()
+    assert replaced is None
+    assert upstream.child is not None
+    assert upstream.child.command[-1] == _SLOW_TO_ANSWER
