@@ -18,9 +18,9 @@ pytestmark = pytest.mark.anyio
 # Exits at stdin EOF, but a detached grandchild keeps its stdout open for half a second after,
 # so the guard reads that child's end only once its successor has been started.
 _SLOW_TO_CLOSE = """
-import subprocess, sys
-holder = "import os, time\\nparent = os.getppid()\\nwhile os.getppid() == parent: time.sleep(0.02)\\ntime.sleep(0.5)"
-subprocess.Popen([sys.executable, "-c", holder], start_new_session=True)
+import os, subprocess, sys
+holder = "import os, sys, time\\nfor _ in range(500):\\n    try: os.kill(int(sys.argv[1]), 0)\\n    except OSError: break\\n    time.sleep(0.02)\\ntime.sleep(0.5)"
+subprocess.Popen([sys.executable, "-c", holder, str(os.getpid())], start_new_session=True)
 sys.stdin.read()
 """
 # Answers the first request (the replayed initialize) a second after it came.
