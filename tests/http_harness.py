@@ -588,6 +588,16 @@ class Rig:
         """server-everything in its own streamable HTTP mode."""
         return serve_everything_http(marker=self.marker, stderr=self.log("everything-http"))
 
+    def counting_http(self, log: Path) -> AbstractAsyncContextManager[ServerProcess]:
+        """The counting fixture over streamable HTTP, recording each tools/call it receives in ``log``."""
+        return run_server(
+            lambda port: (fixture_command("counting_server", "--http", str(port)), {"COUNTING_SERVER_LOG": str(log)}),
+            marker=self.marker,
+            stderr=self.log("counting-http"),
+            ready_path="/mcp",
+            accept=lambda status: True,
+        )
+
     def report(self) -> None:
         """Copies every process's output into the test's captured output."""
         for path in self.logs:

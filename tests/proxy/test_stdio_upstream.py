@@ -17,10 +17,19 @@ pytestmark = pytest.mark.anyio
 
 # Exits at stdin EOF, but a detached grandchild keeps its stdout open for half a second after,
 # so the guard reads that child's end only once its successor has been started.
-_SLOW_TO_CLOSE = """
+_HOLDER = """
+import os, sys, time
+for _ in range(500):
+    try:
+        os.kill(int(sys.argv[1]), 0)
+    except OSError:
+        break
+    time.sleep(0.02)
+time.sleep(0.5)
+"""
+_SLOW_TO_CLOSE = f"""
 import os, subprocess, sys
-holder = "import os, sys, time\\nfor _ in range(500):\\n    try: os.kill(int(sys.argv[1]), 0)\\n    except OSError: break\\n    time.sleep(0.02)\\ntime.sleep(0.5)"
-subprocess.Popen([sys.executable, "-c", holder, str(os.getpid())], start_new_session=True)
+subprocess.Popen([sys.executable, "-c", {_HOLDER!r}, str(os.getpid())], start_new_session=True)
 sys.stdin.read()
 """
 # Answers the first request (the replayed initialize) a second after it came.

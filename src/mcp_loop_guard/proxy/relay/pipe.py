@@ -17,11 +17,12 @@ from collections.abc import Awaitable, Callable, Sequence
 
 from mcp_loop_guard.config import ServerSpec, StdioServer
 from mcp_loop_guard.plan import Limits
-from mcp_loop_guard.proxy.relay.flights import Flights, InFlight, carry
+from mcp_loop_guard.proxy.relay.calls import WRONG_SHAPE, bad_call, begin_call, finish_call, refusal_message
+from mcp_loop_guard.proxy.relay.flights import Flights, InFlight
 from mcp_loop_guard.proxy.relay.judge import Judge, Refusal
 from mcp_loop_guard.proxy.relay.tasks import HeldTasks, created_task, wrong_shape
 from mcp_loop_guard.proxy.relay.tool_list import ToolList
-from mcp_loop_guard.proxy.relay.verdicts import SERVER_INFO, complete
+from mcp_loop_guard.proxy.relay.verdicts import SERVER_INFO
 from mcp_loop_guard.proxy.upstream.child import ChildProcess
 from mcp_loop_guard.proxy.upstream.stdio import HANDSHAKE_TIMEOUT, StdioUpstream, UpstreamDownError
 from mcp_loop_guard.proxy.wire import messages as wire
@@ -111,29 +112,19 @@ class Pipe:
         params = message.body.get("params") or {}
         flight = self.flights.track(message, method, params)
         if method == "tools/call":
-            name, arguments = params.get("name"), params.get("arguments")
-            if not isinstance(name, str) or not (arguments is None or isinstance(arguments, dict)):
-                why = "the tool name must be a string" if not isinstance(name, str) else "arguments must be an object"
-                await self.send(wire.error(ident, wire.INVALID_PARAMS, f"Invalid params: {why}").line())
+            bad = bad_call(ident, params)
+            if bad is not None:
+                await self.send(bad.line())
                 return
-            meta = params.get("_meta")
-            decision = await self.judge.begin(
-                self.server,
-                name,
-                name,
-                arguments,
-                annotations=await self.tools.annotations(name, params),
-                trace=meta if isinstance(meta, dict) else None,
-            )
+            annotations = await self.tools.annotations(params["name"], params)
+            decision = await begin_call(self.judge, self.server, message, params, annotations)
             if isinstance(decision, Refusal):
-                refusal = complete(decision.result, modern=flight.modern, server_info=self.flights.server_info)
-                await self.send(wire.result(ident, refusal).line())
+                refusal = refusal_message(ident, decision, modern=flight.modern, server_info=self.flights.server_info)
+                await self.send(refusal.line())
                 if decision.abort:
                     self.on_abort()
                 return
             flight.judged = decision
-            if decision.span is not None:
-                carry(message, decision.trace_meta())
         elif method == "initialize":
             self.upstream.initialize = message.body
         elif method == "tools/list":
@@ -225,16 +216,10 @@ class Pipe:
         elif flight.task is not None:
             await self.tasks.answered(message, flight.task, cancelled=flight.method == "tasks/cancel")
         elif flight.judged is not None:
-            if isinstance(result, dict) and wrong_shape(result):
+            if not await finish_call(self.judge, flight.judged, message):
+                flight.judged = None  # let go by the judge already
                 await self._fail_wrong_shape(ident, flight)
                 return
-            if isinstance(result, dict):
-                changed = await self.judge.finish(flight.judged, result)
-                if changed is not None:
-                    message.body["result"] = changed
-                    message.changed()
-            else:
-                await self.judge.failed(flight.judged, message.body.get("error") or {})
         elif flight.method == "tools/call" and isinstance(result, dict) and wrong_shape(result):
             await self._fail_wrong_shape(ident, flight)
             return
@@ -245,11 +230,7 @@ class Pipe:
     async def _fail_wrong_shape(self, ident: RequestId | None, flight: InFlight) -> None:
         assert ident is not None
         self.flights.add(ident, flight)
-        await self.flights.fail(
-            ident,
-            "the upstream answered with a result of the wrong shape (its content must be a list)",
-            "invalid-result",
-        )
+        await self.flights.fail(ident, WRONG_SHAPE, "invalid-result")
 
     async def _upstream_request(self, message: Message) -> None:
         ident = message.id

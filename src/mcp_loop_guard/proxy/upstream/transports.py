@@ -166,7 +166,7 @@ async def open_http_upstream(
 
 
 @functools.cache
-def _tls() -> ssl.SSLContext:
+def tls_context() -> ssl.SSLContext:
     """One TLS context for every upstream connection: each costs about 1 MB to build, and
     an HTTP guard opens an upstream connection per downstream session."""
     return httpx2.create_ssl_context()
@@ -175,4 +175,4 @@ def _tls() -> ssl.SSLContext:
 def _http_client(headers: Mapping[str, str] | None) -> httpx2.AsyncClient:
     """An HTTP client with the SDK's MCP timeouts (long reads for event streams), a bounded connect."""
     timeout = httpx2.Timeout(MCP_DEFAULT_TIMEOUT, read=MCP_DEFAULT_SSE_READ_TIMEOUT, connect=CONNECT_TIMEOUT)
-    return httpx2.AsyncClient(headers=dict(headers or {}), timeout=timeout, verify=_tls())
+    return httpx2.AsyncClient(headers=dict(headers or {}), timeout=timeout, verify=tls_context())

@@ -12,7 +12,7 @@ import logging
 import signal
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from typing import Any
+from typing import Any, Protocol
 
 import anyio
 import anyio.abc
@@ -27,10 +27,11 @@ from mcp_loop_guard.config import HttpServer, ServerSpec
 from mcp_loop_guard.metrics import Metrics
 from mcp_loop_guard.plan import Plan
 from mcp_loop_guard.proxy.downstream.agents import opened_events, opened_store
-from mcp_loop_guard.proxy.downstream.http.admin import ADMIN_PREFIX, Admin
+from mcp_loop_guard.proxy.downstream.http.admin import ADMIN_PREFIX, Admin, LiveAgent
 from mcp_loop_guard.proxy.downstream.http.agents import Agents
 from mcp_loop_guard.proxy.downstream.http.middleware import AuthGuard, BodyGuard, HostGuard, security_settings
 from mcp_loop_guard.proxy.downstream.http.protocol import OnceInAWhile, protocol_class, raise_open_file_limit
+from mcp_loop_guard.proxy.downstream.http.relayed import HttpRelay
 from mcp_loop_guard.proxy.downstream.http.sessions import GuardSessions
 from mcp_loop_guard.proxy.downstream.sessions import SessionFactory
 from mcp_loop_guard.proxy.relay.session_server import STOPPING
@@ -66,8 +67,32 @@ def _slots(plan: Plan) -> list[Slot]:
     return [_slot(plan, spec) for spec in plan.config.servers]
 
 
+class Front(Protocol):
+    """What serves ``/mcp``: the SDK-based sessions, or the relay in front of one HTTP server."""
+
+    agents: Agents
+
+    async def handle_mcp(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """One request to ``/mcp``."""
+        ...
+
+    def held(self) -> Iterator[LiveAgent]:
+        """Every agent held in memory, for the admin API."""
+        ...
+
+
+def relayed_upstream(plan: Plan) -> HttpServer | None:
+    """The one streamable HTTP server an HTTP guard relays request by request, when that is all it serves."""
+    servers = plan.config.servers
+    settings = plan.settings
+    if settings.transport != "http" or settings.stateless or len(servers) != 1:
+        return None
+    spec = servers[0]
+    return spec if isinstance(spec, HttpServer) and spec.transport == "http" else None
+
+
 def build_app(  # noqa: PLR0917 - what the routes serve, all needed
-    sessions: GuardSessions, slots: Sequence[Slot], plan: Plan, metrics: Metrics, health: StoreHealth, store: Store
+    sessions: Front, slots: Sequence[Slot], plan: Plan, metrics: Metrics, health: StoreHealth, store: Store
 ) -> ASGIApp:
     """Routes (MCP endpoints, health, readiness, metrics, admin) behind Host/Origin, tokens and body checks."""
     settings = plan.settings
@@ -96,6 +121,7 @@ def build_app(  # noqa: PLR0917 - what the routes serve, all needed
         Route("/metrics", metrics_endpoint),
     ]
     if settings.transport == "sse":
+        assert isinstance(sessions, GuardSessions)
         routes.append(Route("/sse", _Raw(sessions.handle_sse)))
         routes.append(Mount("/messages/", app=sessions.handle_messages))
         json_paths = ["/messages"]
@@ -197,15 +223,27 @@ async def _serve(plan: Plan, stop: _Stop) -> None:
     async with opened_store(plan) as (store, health), opened_events(plan) as events:
         forget: Callable[[str], object] | None = store.forget if isinstance(store, MemoryStore) else None
         agents = Agents(plan, store, health, events, metrics.observer(), limit=settings.max_keys, on_evict=forget)
-        sessions = GuardSessions(
-            plan, factory=factory, agents=agents, metrics=metrics, security=security_settings(settings), events=events
-        )
+        sessions: GuardSessions | HttpRelay
+        relayed = relayed_upstream(plan)
+        if relayed is not None:
+            sessions = HttpRelay(plan, relayed, agents=agents, metrics=metrics)
+            reconfigure = sessions.reconfigure
+        else:
+            sessions = GuardSessions(
+                plan,
+                factory=factory,
+                agents=agents,
+                metrics=metrics,
+                security=security_settings(settings),
+                events=events,
+            )
+            reconfigure = factory.reconfigure
         async with anyio.create_task_group() as tg:
             listener = factory.on_slot_change(tg)
             for slot in slots:
                 slot.on_change(listener)
             await factory.supervise(tg)
-            stop.reload = on_sighup(reloader_for(plan, factory.reconfigure, tg), tg)
+            stop.reload = on_sighup(reloader_for(plan, reconfigure, tg), tg)
             for slot in list(slots):
                 await slot.wait_settled(START_TIMEOUT)
                 if slot.status != "ready":

@@ -1,0 +1,391 @@
+"""One client request through the HTTP relay: forwarded as it came, its answer streamed back, a tools/call judged.
+
+Only what the guard must read is parsed: a ``tools/call`` request and the one event (or JSON
+body) that answers it, a ``tools/list`` answer (for the tools' annotations), the result of a
+task the guard holds a call for. Everything else crosses as the bytes it came in.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import math
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+import anyio
+import httpx2
+from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS
+from starlette.types import Scope, Send
+
+from mcp_loop_guard import codec
+from mcp_loop_guard.proxy.downstream.http.middleware import token_of
+from mcp_loop_guard.proxy.relay.calls import WRONG_SHAPE, bad_call, begin_call, finish_call, refusal_message
+from mcp_loop_guard.proxy.relay.judge import Judge, Pending, Refusal
+from mcp_loop_guard.proxy.relay.tasks import created_task
+from mcp_loop_guard.proxy.relay.tool_list import RESERVED_META
+from mcp_loop_guard.proxy.relay.verdicts import SERVER_INFO, complete, failed
+from mcp_loop_guard.proxy.upstream.exchange import UpstreamHttpError, forwarded_response_headers
+from mcp_loop_guard.proxy.upstream.stdio import OWN_ID_PREFIX
+from mcp_loop_guard.proxy.wire import messages as wire
+from mcp_loop_guard.proxy.wire import sse
+from mcp_loop_guard.proxy.wire.messages import Message
+
+if TYPE_CHECKING:
+    from mcp_loop_guard.proxy.downstream.http.relayed import HttpRelay, RelayedSession
+
+logger = logging.getLogger(__name__)
+
+Headers = Sequence[tuple[bytes, bytes]]
+
+_JSON = b"application/json"
+_EVENTS = b"text/event-stream"
+_OWN_IDS = itertools.count(1)
+_KEPT = (b"mcp-session-id", b"mcp-protocol-version")
+_LIST_TIMEOUT = 10.0
+"""Seconds the guard's own tools/list may take (to learn annotations) when no call timeout is set."""
+
+
+class Exchange:
+    """One POST from a client, relayed."""
+
+    def __init__(  # noqa: PLR0917 - what one request carries
+        self,
+        relay: HttpRelay,
+        scope: Scope,
+        send: Send,
+        body: bytes,
+        message: Message | None,
+        session: RelayedSession | None,
+        judge: Judge | None,
+    ) -> None:
+        """``message``: the body parsed (None for a malformed response, relayed for the server to judge)."""
+        self.relay = relay
+        self.headers: Headers = scope["headers"]
+        self.token = token_of(scope)
+        self.send = send
+        self.body = body
+        self.message = message
+        self.session = session
+        self.judge = judge
+        self.pending: Pending | None = None
+        self.started = False
+        """The response's head went out (an event stream): a late answer goes as one more event."""
+        self.modern = is_modern(self.headers)
+
+    @property
+    def method(self) -> str | None:
+        """The request's method."""
+        return self.message.method if self.message is not None else None
+
+    async def run(self) -> None:
+        """Judge (a tools/call), forward, and relay the answer."""
+        message = self.message
+        if message is not None and message.is_request and message.method == "tools/call":
+            params: dict[str, Any] = message.body.get("params") or {}
+            assert message.id is not None
+            bad = bad_call(message.id, params)
+            if bad is not None:
+                await self.json(self.send, 200, bad)
+                return
+            assert self.judge is not None
+            annotations = await self._annotations(params)
+            decision = await begin_call(self.judge, self.relay.spec.name, message, params, annotations)
+            if isinstance(decision, Refusal):
+                answer = refusal_message(message.id, decision, modern=self.modern, server_info=self.relay.server_info)
+                await self.json(self.send, 200, answer)
+                if decision.abort:
+                    self.relay.aborted(self.session, params["name"])
+                return
+            self.pending = decision
+            if message.raw is None:
+                self.body = message.line()[:-1]
+        await self._forward()
+
+    def _looks(self) -> bool:
+        """Whether the answer must be read: a judged call, a tools/list, a held task's result."""
+        if self.pending is not None or self.method in ("tools/call", "tools/list"):
+            return True
+        if self.method in ("tasks/result", "tasks/cancel") and self.session is not None and self.message is not None:
+            return (self.message.body.get("params") or {}).get("taskId") in self.session.tasks
+        return False
+
+    async def _forward(self) -> None:
+        relay = self.relay
+        stop = anyio.CancelScope()
+        relay.register_stop(stop)
+        if self.session is not None:
+            self.session.scopes.add(stop)
+        timeout = relay.spec.call_timeout or relay.plan.limits.call_timeout
+        if self.method in ("subscriptions/listen", "tasks/result") or self.message is None:
+            timeout = None
+        self.timer = anyio.CancelScope(deadline=anyio.current_time() + timeout if timeout else math.inf)
+        self.timeout = timeout
+        try:
+            with stop, self.timer:
+                async with relay.upstream.send("POST", self.headers, self.body) as response:
+                    self._note_session(response)
+                    await self._answer(response)
+                    return
+        except UpstreamHttpError as error:
+            await self._fail(str(error), "gone")
+            return
+        finally:
+            relay.unregister_stop(stop)
+            if self.session is not None:
+                self.session.scopes.discard(stop)
+        if self.timer.cancelled_caught:
+            await self._timed_out()
+        elif relay.stopping():
+            await self._fail("the guard is shutting down; the request was cancelled", "stopping")
+        elif self.pending is not None:  # the session ended under the call (aborted in another request)
+            await self.judge_dropped()
+
+    def _note_session(self, response: httpx2.Response) -> None:
+        """An initialize answered with a session id opens a session; every request keeps its MCP headers."""
+        given = response.headers.get("mcp-session-id")
+        if self.method == "initialize" and given and response.is_success and self.session is None:
+            self.session = self.relay.open_session(given.encode("latin-1"), self.token)
+        if self.session is not None:
+            kept = [(key, value) for key, value in self.headers if key in _KEPT and key != b"mcp-session-id"]
+            self.session.headers = [(b"mcp-session-id", self.session.session_id), *kept]
+
+    async def _answer(self, response: httpx2.Response) -> None:
+        content_type = response.headers.get("content-type", "").encode("latin-1").lower()
+        if response.status_code == 404 and self.session is not None:
+            self.relay.forget(self.session)  # the server ended the session
+        if not self._looks() or not response.is_success:
+            await self.judge_dropped()
+            await self._plain(response)
+        elif content_type.startswith(_EVENTS):
+            await self._events(response)
+        elif content_type.startswith(_JSON):
+            raw = await response.aread()
+            parsed = wire.parse(raw)
+            if isinstance(parsed, Message) and parsed.is_response and parsed.id == self.message_id:
+                answer = await self._look(parsed)
+                await self.json(self.send, response.status_code, answer, forwarded_response_headers(response.headers))
+                return
+            await self.judge_dropped()
+            await self._start(response, raw)
+        else:
+            await self.judge_dropped()
+            await self._plain(response)
+
+    @property
+    def message_id(self) -> wire.RequestId | None:
+        """The id of the client's request."""
+        return self.message.id if self.message is not None else None
+
+    async def _events(self, response: httpx2.Response) -> None:
+        await self._start(response)
+        splitter = sse.EventSplitter(self.relay.settings.max_message_bytes)
+        async for chunk in response.aiter_raw():
+            self._progressed()
+            out: list[bytes] = []
+            for event in splitter.feed(chunk):
+                data = sse.data_of(event)
+                parsed = wire.parse(data) if data is not None and b'"id"' in data else None
+                if isinstance(parsed, Message) and parsed.is_response and parsed.id == self.message_id:
+                    answer = await self._look(parsed)
+                    out.append(event if answer.raw is not None else sse.with_data(event, codec.dumps(answer.body)))
+                else:
+                    out.append(event)
+            if out:
+                await self.send({"type": "http.response.body", "body": b"".join(out), "more_body": True})
+        await self.judge_dropped()  # the stream ended without the answer
+        await self.send({"type": "http.response.body", "body": b"", "more_body": False})
+
+    async def _look(self, answer: Message) -> Message:
+        """The upstream's answer to the client's request, judged or learnt from; what the client gets."""
+        result = answer.body.get("result")
+        if self.modern and isinstance(result, dict) and isinstance(meta := result.get("_meta"), dict):
+            self.relay.server_info = meta.get(SERVER_INFO, self.relay.server_info)
+        pending, self.pending = self.pending, None
+        params = (self.message.body.get("params") or {}) if self.message is not None else {}
+        if pending is not None:
+            assert self.judge is not None
+            task = created_task(result) if isinstance(result, dict) else None
+            if task is not None and self.session is not None:
+                await self.session.tasks.hold(task, pending)  # judged when its result is fetched
+            elif not await finish_call(self.judge, pending, answer):
+                return self._result(failed(WRONG_SHAPE))
+        elif self.method == "tools/list" and isinstance(result, dict):
+            self.relay.facts.note(result.get("tools") or [], first_page="cursor" not in params)
+        elif self.method in ("tasks/result", "tasks/cancel") and self.session is not None:
+            await self.session.tasks.answered(answer, params["taskId"], cancelled=self.method == "tasks/cancel")
+        return answer
+
+    def _result(self, result: dict[str, Any]) -> Message:
+        assert self.message_id is not None
+        return wire.result(self.message_id, complete(result, modern=self.modern, server_info=self.relay.server_info))
+
+    def _progressed(self) -> None:
+        """Anything from the upstream (progress, a server request) restarts the call timeout."""
+        if self.timeout:
+            self.timer.deadline = anyio.current_time() + self.timeout
+
+    async def judge_dropped(self) -> None:
+        """The call ended without an answer the guard could judge: nothing moves."""
+        pending, self.pending = self.pending, None
+        if pending is not None and self.judge is not None:
+            await self.judge.dropped(pending)
+
+    async def _timed_out(self) -> None:
+        seconds = self.timeout or 0
+        reason = (
+            f"upstream {self.relay.spec.name!r} sent no answer or progress for {self.method} within {seconds:g}s "
+            "(call timeout); the request was cancelled"
+        )
+        if self.message_id is not None:
+            cancel = {
+                "jsonrpc": "2.0",
+                "method": "notifications/cancelled",
+                "params": {"requestId": self.message_id, "reason": "timeout"},
+            }
+            with anyio.move_on_after(_LIST_TIMEOUT):
+                try:
+                    async with self.relay.upstream.send("POST", self.headers, codec.dumps(cancel)):
+                        pass
+                except UpstreamHttpError as error:
+                    logger.debug("could not cancel a timed-out request upstream: %s", error)
+        await self._fail(reason, "timeout")
+
+    async def _fail(self, reason: str, fault: str) -> None:
+        """Answer a request the guard could not complete: an isError result for tools/call, else an error."""
+        if self.message is None or not self.message.is_request or self.message_id is None:
+            if not self.started:
+                await self.json(self.send, 502, wire.error(None, wire.INTERNAL_ERROR, reason))
+            return
+        await self.judge_dropped()
+        if self.method == "tools/call":
+            logger.warning("tools/call failed: %s", reason)
+            answer = self._result(failed(reason))
+        else:
+            answer = wire.error(self.message_id, wire.INTERNAL_ERROR, reason, {wire.GUARD_FAULT: fault})
+        if self.started:
+            body = sse.encode(codec.dumps(answer.body))
+            await self.send({"type": "http.response.body", "body": body, "more_body": False})
+        else:
+            await self.json(self.send, 200, answer)
+
+    # --- writing -----------------------------------------------------------------------------
+
+    async def _start(self, response: httpx2.Response, body: bytes | None = None) -> None:
+        headers = forwarded_response_headers(response.headers)
+        if body is not None:
+            headers.append((b"content-length", str(len(body)).encode()))
+        await self.send({"type": "http.response.start", "status": response.status_code, "headers": headers})
+        self.started = True
+        if body is not None:
+            await self.send({"type": "http.response.body", "body": body, "more_body": False})
+
+    async def _plain(self, response: httpx2.Response) -> None:
+        await self._start(response)
+        async for chunk in response.aiter_raw():
+            self._progressed()
+            await self.send({"type": "http.response.body", "body": chunk, "more_body": True})
+        await self.send({"type": "http.response.body", "body": b"", "more_body": False})
+
+    @staticmethod
+    async def relay_plain(relay: HttpRelay, method: str, headers: Headers, send: Send) -> None:
+        """A request relayed as it is, its answer streamed back as it comes (a GET stream, a DELETE)."""
+        started = False
+        try:
+            async with relay.upstream.send(method, headers) as response:
+                await send(
+                    {
+                        "type": "http.response.start",
+                        "status": response.status_code,
+                        "headers": forwarded_response_headers(response.headers),
+                    }
+                )
+                started = True
+                async for chunk in response.aiter_raw():
+                    if b"notifications/tools/list_changed" in chunk:
+                        relay.facts.forget()
+                    await send({"type": "http.response.body", "body": chunk, "more_body": True})
+        except UpstreamHttpError as error:
+            if not started:
+                await Exchange.json(send, 502, wire.error(None, wire.INTERNAL_ERROR, str(error)))
+        finally:
+            if started:
+                with anyio.CancelScope(shield=True):
+                    await send({"type": "http.response.body", "body": b"", "more_body": False})
+
+    @staticmethod
+    async def json(send: Send, status: int, message: Message, headers: Headers = ()) -> None:
+        """One message as the whole response."""
+        body = message.raw if message.raw is not None else codec.dumps(message.body)
+        kept = [(key, value) for key, value in headers if key != b"content-length"]
+        await send(
+            {
+                "type": "http.response.start",
+                "status": status,
+                "headers": [(b"content-type", _JSON), (b"content-length", str(len(body)).encode()), *kept],
+            }
+        )
+        await send({"type": "http.response.body", "body": body, "more_body": False})
+
+    # --- the guard's own tools/list -----------------------------------------------------------
+
+    async def _annotations(self, params: dict[str, Any]) -> dict[str, Any] | None:
+        """The tool's annotations; the first call before any tools/list lists the tools itself."""
+        facts = self.relay.facts
+        if not facts.listed:
+            meta = params.get("_meta")
+            envelope = {k: v for k, v in meta.items() if k.startswith(RESERVED_META)} if isinstance(meta, dict) else {}
+            try:
+                with anyio.fail_after(self.relay.plan.limits.call_timeout or _LIST_TIMEOUT):
+                    await self._learn_tools(envelope)
+            except (TimeoutError, UpstreamHttpError, ValueError) as error:
+                logger.debug("could not list the upstream's tools: %s", error)
+                facts.listed = True  # judged without annotations rather than listed again on every call
+        return facts.annotations(params["name"])
+
+    async def _learn_tools(self, envelope: dict[str, Any]) -> None:
+        headers = self.session.headers if self.session is not None else self.headers
+        cursor: object = None
+        for page in range(20):
+            ident = f"{OWN_ID_PREFIX}list-{next(_OWN_IDS)}"
+            params: dict[str, Any] = {"cursor": cursor} if cursor else {}
+            if envelope:
+                params["_meta"] = envelope
+            body: dict[str, Any] = {"jsonrpc": "2.0", "id": ident, "method": "tools/list"}
+            if params:
+                body["params"] = params
+            sent = [*headers, (b"accept", _JSON + b", " + _EVENTS), (b"content-type", _JSON)]
+            async with self.relay.upstream.send("POST", sent, codec.dumps(body)) as response:
+                answer = await _read_answer(response, ident, self.relay.settings.max_message_bytes)
+            result = (answer or {}).get("result")
+            if not isinstance(result, dict):
+                self.relay.facts.listed = True
+                return
+            self.relay.facts.note(result.get("tools") or [], first_page=page == 0)
+            cursor = result.get("nextCursor")
+            if not cursor:
+                return
+
+
+async def _read_answer(response: httpx2.Response, ident: str, limit: int) -> dict[str, Any] | None:
+    """The body of the response to ``ident`` in a JSON body or an event stream; None when there is none."""
+    if not response.is_success:
+        return None
+    content_type = response.headers.get("content-type", "").encode("latin-1").lower()
+    if content_type.startswith(_JSON):
+        parsed = wire.parse(await response.aread())
+        return parsed.body if isinstance(parsed, Message) and parsed.id == ident else None
+    splitter = sse.EventSplitter(limit)
+    async for chunk in response.aiter_raw():
+        for event in splitter.feed(chunk):
+            data = sse.data_of(event)
+            parsed = wire.parse(data) if data is not None else None
+            if isinstance(parsed, Message) and parsed.is_response and parsed.id == ident:
+                return parsed.body
+    return None
+
+
+def is_modern(headers: Headers) -> bool:
+    """A 2026-07-28 request (its protocol version header names no handshake-era version)."""
+    version = next((value for key, value in headers if key == b"mcp-protocol-version"), None)
+    return version is not None and version.decode("latin-1") not in HANDSHAKE_PROTOCOL_VERSIONS

@@ -1,0 +1,378 @@
+"""The HTTP guard in front of one streamable HTTP server: each client request relayed as the same request.
+
+A POST goes upstream with the same body and MCP headers and its answer comes back as it was
+sent (a JSON body, or an event stream passed on event by event); a GET event stream and a
+DELETE cross the same way. The client and the server negotiate everything between
+themselves (protocol era, capabilities, ``Mcp-Session-Id``), so every method, present and
+future, crosses the guard as it would cross a pipe. Only a ``tools/call`` is judged before it
+goes (a refusal is answered here and never reaches the server) and its answer judged before
+it comes back (passed on as its own bytes unless a warning is appended).
+
+Loop state is kept per upstream session (the ``Mcp-Session-Id`` the server gave, bound to the
+token that opened it) or, for requests without one (2026-07-28), per key as for sessionless
+requests. An aborted session's refusal goes out, then the session ends: its id answers 404,
+its open streams close, and the server is told to end it too.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections import OrderedDict
+from collections.abc import AsyncIterator, Iterator, Sequence
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+
+import anyio
+import anyio.abc
+from starlette.types import Message as ASGIMessage
+from starlette.types import Receive, Scope, Send
+
+from mcp_loop_guard.config import HttpServer, ServerSpec
+from mcp_loop_guard.metrics import Metrics
+from mcp_loop_guard.plan import Plan
+from mcp_loop_guard.proxy.downstream.agents import agent_loop, judge_for
+from mcp_loop_guard.proxy.downstream.http.admin import LiveAgent
+from mcp_loop_guard.proxy.downstream.http.agents import Agents, BusyError, KeyedAgent, agent_key
+from mcp_loop_guard.proxy.downstream.http.exchanges import Exchange, Headers
+from mcp_loop_guard.proxy.downstream.http.middleware import RETRY_AFTER_BUSY, header, reply, retry_after, token_of
+from mcp_loop_guard.proxy.relay.judge import Judge
+from mcp_loop_guard.proxy.relay.session_server import STOPPING
+from mcp_loop_guard.proxy.relay.tasks import HeldTasks
+from mcp_loop_guard.proxy.relay.tools import ToolFacts
+from mcp_loop_guard.proxy.upstream.exchange import HttpExchange, UpstreamHttpError
+from mcp_loop_guard.proxy.wire import messages as wire
+from mcp_loop_guard.proxy.wire.messages import BadLine, Message
+
+logger = logging.getLogger(__name__)
+
+SESSION = b"mcp-session-id"
+VERSION = b"mcp-protocol-version"
+CLOSED_KEPT = 4096
+"""Ended session ids remembered, so their requests get 404 at once (the server forgets them too)."""
+END_TIMEOUT = 5.0
+"""Seconds the server gets to take the guard's DELETE of a session the guard ended."""
+
+
+@dataclass(eq=False)
+class RelayedSession:
+    """One upstream session as the guard sees it: its agent, and the requests it has open."""
+
+    session_id: bytes
+    token: str
+    judge: Judge
+    tasks: HeldTasks
+    last_used: float = field(default_factory=time.monotonic)
+    in_flight: int = 0
+    scopes: set[anyio.CancelScope] = field(default_factory=set)
+    """The session's open requests and streams, cancelled when the guard ends the session."""
+    headers: Headers = ()
+    """The MCP headers of its last request (session id, protocol version), for the guard's own requests."""
+
+
+class HttpRelay:
+    """Every client of one HTTP guard in front of one streamable HTTP upstream."""
+
+    def __init__(self, plan: Plan, spec: HttpServer, *, agents: Agents, metrics: Metrics) -> None:
+        """Sessions' agents are judged through ``agents``' store; keyless requests through ``agents`` itself."""
+        self.plan = plan
+        self.settings = plan.settings
+        self.spec = spec
+        self.agents = agents
+        self.metrics = metrics
+        self.upstream = HttpExchange(spec)
+        self.facts = ToolFacts()
+        self.sessions: OrderedDict[bytes, RelayedSession] = OrderedDict()
+        self.closed: OrderedDict[bytes, None] = OrderedDict()
+        self.server_info: object = None
+        """The upstream's 2026-07-28 ``serverInfo``, stamped on the results the guard writes in that era."""
+        self._tg: anyio.abc.TaskGroup | None = None
+
+    # --- life --------------------------------------------------------------------------------
+
+    @asynccontextmanager
+    async def running(self) -> AsyncIterator[None]:
+        """Serve until the context ends; then end every session (telling the server) and close the pool."""
+        try:
+            async with anyio.create_task_group() as tg:
+                self._tg = tg
+                tg.start_soon(self._expire)
+                try:
+                    yield
+                finally:
+                    tg.cancel_scope.cancel()
+        finally:
+            with anyio.CancelScope(shield=True), anyio.move_on_after(END_TIMEOUT):
+                for session in list(self.sessions.values()):
+                    await self._end(session, "the guard is stopping")
+                await self.upstream.aclose()
+
+    async def _expire(self) -> None:
+        idle = self.settings.session_idle_seconds
+        while True:
+            await anyio.sleep(min(idle, 30.0))
+            cutoff = time.monotonic() - idle
+            for session in list(self.sessions.values()):
+                if session.last_used < cutoff and session.in_flight == 0:
+                    logger.info("session %s expired after %.0fs idle", _short(session), idle)
+                    await self._end(session, "expired")
+            self.agents.expire(idle)
+
+    async def reconfigure(self, servers: Sequence[ServerSpec]) -> str | None:
+        """A config reload: the same server with other rules or headers applies at once; another needs a restart."""
+        spec = servers[0] if len(servers) == 1 else None
+        if not isinstance(spec, HttpServer) or (spec.name, spec.url, spec.transport) != (
+            self.spec.name,
+            self.spec.url,
+            self.spec.transport,
+        ):
+            return "this guard relays one HTTP server directly; serving other servers needs a restart"
+        if spec.headers != self.spec.headers:
+            self.upstream.use_headers(spec.headers)
+        self.spec = spec
+        return None
+
+    def held(self) -> Iterator[LiveAgent]:
+        """Every agent held in memory now, for the admin API."""
+        for session in list(self.sessions.values()):
+            yield LiveAgent("session", session.judge.agent, session.in_flight)
+        for agent in list(self.agents.held.values()):
+            yield LiveAgent("keyed", agent.judge.agent, agent.in_flight)
+
+    # --- requests ----------------------------------------------------------------------------
+
+    async def handle_mcp(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """One request to ``/mcp``."""
+        method = scope["method"]
+        if method == "POST":
+            await self._post(scope, receive, send)
+        elif method in ("GET", "DELETE"):
+            await self._other(method, scope, receive, send)
+        else:
+            await reply(send, 405, "Method Not Allowed", [(b"allow", b"GET, POST, DELETE")])
+
+    async def _post(self, scope: Scope, receive: Receive, send: Send) -> None:
+        body = await _body(receive)
+        parsed = wire.parse(body)
+        if parsed is None or (isinstance(parsed, BadLine) and parsed.reply is not None):
+            refusal = parsed.reply if parsed is not None else wire.error(None, wire.PARSE_ERROR, "Parse error: empty")
+            assert refusal is not None
+            await Exchange.json(send, 400, refusal)
+            return
+        token = token_of(scope)
+        session_id = header(scope, SESSION)
+        session: RelayedSession | None = None
+        if session_id is not None:
+            session = await self._session(session_id, token, send)
+            if session is None:
+                return
+        message = parsed if isinstance(parsed, Message) else None
+        judge: Judge | None = session.judge if session is not None else None
+        keyed: KeyedAgent | None = None
+        if session is None and message is not None and message.method != "initialize" and not message.is_response:
+            keyed = await self._keyed(scope, send)
+            if keyed is None:
+                return
+            judge = keyed.judge
+        elif session is None and message is not None and message.method == "initialize" and not await self._room(send):
+            return
+        exchange = Exchange(self, scope, send, body, message, session, judge)
+        if keyed is not None:
+            keyed.in_flight += 1
+        if session is not None:
+            session.in_flight += 1
+            session.last_used = time.monotonic()
+        try:
+            await exchange.run()
+        finally:
+            if keyed is not None:
+                keyed.in_flight -= 1
+            if session is not None:
+                session.in_flight -= 1
+                session.last_used = time.monotonic()
+
+    async def _other(self, method: str, scope: Scope, receive: Receive, send: Send) -> None:
+        """A GET event stream or a DELETE: relayed as they are, within the session's life."""
+        session_id = header(scope, SESSION)
+        session = await self._session(session_id, token_of(scope), send) if session_id is not None else None
+        if session_id is not None and session is None:
+            return
+        answered = False
+
+        async def tracked(message: ASGIMessage) -> None:
+            nonlocal answered
+            answered = True
+            await send(message)
+
+        with anyio.CancelScope() as cancel:
+            if session is not None:
+                session.scopes.add(cancel)
+            try:
+                async with anyio.create_task_group() as tg:
+                    if method == "GET":
+                        tg.start_soon(_cancel_on_disconnect, receive, cancel)
+                    await Exchange.relay_plain(self, method, scope["headers"], tracked)
+                    tg.cancel_scope.cancel()
+            finally:
+                if session is not None:
+                    session.scopes.discard(cancel)
+        if not answered:
+            await reply(send, 404, "Session not found")  # ended by the guard before the server answered
+        if method == "DELETE" and session is not None:
+            self.forget(session)
+
+    # --- sessions and agents -----------------------------------------------------------------
+
+    async def _session(self, session_id: bytes, token: str, send: Send) -> RelayedSession | None:
+        """The session a request names; None when it was answered 404 (ended, or opened with another token)."""
+        if session_id in self.closed:
+            await reply(send, 404, "Session not found")
+            return None
+        session = self.sessions.get(session_id)
+        if session is None:
+            # A session the server opened before this guard knew of it (the guard restarted):
+            # judged from now on, with its loop state from the store.
+            if not await self._room(send):
+                return None
+            session = self.open_session(session_id, token)
+        elif session.token != token:
+            await reply(send, 404, "Session not found")
+            return None
+        self.sessions.move_to_end(session_id)
+        return session
+
+    def open_session(self, session_id: bytes, token: str) -> RelayedSession:
+        """Start judging a session the server opened (its answer to initialize named it)."""
+        existing = self.sessions.get(session_id)
+        if existing is not None:
+            return existing
+        key = f"session:{token or '-'}/{session_id.decode('latin-1')}"
+        loop = agent_loop(self.plan, self.agents.store, self.agents.health, key)
+        judge = judge_for(self.plan, loop, label=key, events=self.agents.events, observe=self.agents.observe)
+        session = RelayedSession(session_id, token, judge, HeldTasks(judge))
+        self.sessions[session_id] = session
+        self.metrics.sessions.inc()
+        return session
+
+    async def _room(self, send: Send) -> bool:
+        """Room for one more session: the least recently used idle one ends, or the client gets 503."""
+        if len(self.sessions) < self.settings.max_sessions:
+            return True
+        idle = next((s for s in self.sessions.values() if s.in_flight == 0), None)
+        if idle is None:
+            await reply(
+                send, 503, "Service Unavailable: too many sessions; try again later", retry_after(RETRY_AFTER_BUSY)
+            )
+            return False
+        logger.info("session limit reached: closing the least recently used idle session %s", _short(idle))
+        await self._end(idle, "evicted")
+        return True
+
+    async def _keyed(self, scope: Scope, send: Send) -> KeyedAgent | None:
+        """The agent of a request without a session; None when it was answered (503, or 429 after an abort)."""
+        client = scope.get("client")
+        key_header = header(scope, self.settings.session_key_header.lower().encode("latin-1"))
+        key = agent_key(
+            token_of(scope),
+            key_header.decode("latin-1") if key_header is not None else None,
+            client[0] if client else "unknown",
+            trust_header=self.settings.trust_key_header,
+        )
+        try:
+            agent = await self.agents.get(key)
+        except BusyError:
+            await reply(
+                send, 503, "Service Unavailable: too many agents busy; try again later", retry_after(RETRY_AFTER_BUSY)
+            )
+            return None
+        wait = await self.agents.aborted(agent)
+        if wait > 0:
+            seconds = int(wait) + 1
+            message = (
+                f"loop guard: this agent's session was aborted for looping; retry after {seconds}s "
+                "with a different approach"
+            )
+            await reply(send, 429, message, retry_after(seconds))
+            return None
+        return agent
+
+    def aborted(self, session: RelayedSession | None, tool: str) -> None:
+        """An aborting refusal went out: the session ends now (a keyed agent gets 429 from its next request)."""
+        if session is None:
+            logger.warning("an agent was aborted for looping on %r; its requests get 429 for a while", tool)
+            return
+        logger.warning("session %s aborted: tool %r kept looping", _short(session), tool)
+        assert self._tg is not None
+        self._retire(session)
+        self._tg.start_soon(self._tell_upstream_ended, session)
+
+    def forget(self, session: RelayedSession) -> None:
+        """The session is over for the server too (it answered 404, or the client deleted it)."""
+        if self.sessions.pop(session.session_id, None) is not None:
+            self.metrics.sessions.dec()
+        self.agents.drop(session.judge.agent.key)
+
+    def _retire(self, session: RelayedSession) -> None:
+        """Stop serving a session: its id answers 404 from now on and its open streams close."""
+        self.forget(session)
+        self.closed[session.session_id] = None
+        while len(self.closed) > CLOSED_KEPT:
+            self.closed.popitem(last=False)
+        for cancel in list(session.scopes):
+            cancel.cancel()
+
+    async def _end(self, session: RelayedSession, why: str) -> None:
+        logger.debug("ending session %s: %s", _short(session), why)
+        self._retire(session)
+        await self._tell_upstream_ended(session)
+
+    async def _tell_upstream_ended(self, session: RelayedSession) -> None:
+        """DELETE the session upstream, so the server frees it too (best effort, bounded)."""
+        if not session.headers:
+            return
+        with anyio.move_on_after(END_TIMEOUT):
+            try:
+                async with self.upstream.send("DELETE", session.headers):
+                    pass
+            except UpstreamHttpError as error:
+                logger.debug("could not end session %s upstream: %s", _short(session), error)
+
+    def stopping(self) -> bool:
+        """The guard is shutting down (its first signal came)."""
+        return STOPPING.flag
+
+    def register_stop(self, cancel: anyio.CancelScope) -> None:
+        """Cancel ``cancel`` when the guard starts shutting down."""
+        STOPPING.scopes.add(cancel)
+        if STOPPING.flag:
+            cancel.cancel()
+
+    def unregister_stop(self, cancel: anyio.CancelScope) -> None:
+        """``cancel`` is done."""
+        STOPPING.scopes.discard(cancel)
+
+
+async def _body(receive: Receive) -> bytes:
+    """The request body (whole: the front door has bounded it already)."""
+    chunks: list[bytes] = []
+    while True:
+        message = await receive()
+        if message["type"] != "http.request":
+            break
+        chunks.append(message.get("body", b""))
+        if not message.get("more_body", False):
+            break
+    return b"".join(chunks)
+
+
+async def _cancel_on_disconnect(receive: Receive, cancel: anyio.CancelScope) -> None:
+    """End a long-lived stream when its client goes away."""
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            cancel.cancel()
+            return
+
+
+def _short(session: RelayedSession) -> str:
+    return session.session_id[:8].decode("latin-1")

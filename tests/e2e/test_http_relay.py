@@ -1,0 +1,266 @@
+"""The HTTP guard in front of one streamable HTTP server: each request relayed as it came, tool calls judged.
+
+Parity tests run twice, straight to the server and through the guard, with the same
+assertions; the rest check what only the guard does: loops warned, refused and aborted
+(the session ends for the client and for the server), sessions bound to their token, a
+broken upstream answered, the call timeout.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Literal
+
+import anyio
+import mcp_types as types
+import pytest
+from mcp.shared.exceptions import MCPError
+
+from tests.harness import ClientUser, Inbox, action, counted_calls, texts, wire
+from tests.http_harness import (
+    SESSION_HEADER,
+    Rig,
+    ServerProcess,
+    everything_http_entry,
+    free_port,
+    http_get,
+    http_post,
+    initialize_body,
+    metric_value,
+    open_http_session,
+    payload_for,
+    raw_session,
+    tool_call_body,
+)
+
+pytestmark = [pytest.mark.anyio, pytest.mark.e2e]
+
+Mode = Literal["direct", "guarded"]
+ECHO = {"message": "the same"}
+
+
+@pytest.fixture(params=["direct", "guarded"])
+def mode(request: pytest.FixtureRequest) -> Mode:
+    """Straight to server-everything over HTTP, or through the guard in front of it."""
+    mode: Mode = request.param
+    return mode
+
+
+@asynccontextmanager
+async def everything_url(rig: Rig, mode: Mode, *args: str) -> AsyncIterator[tuple[str, ServerProcess]]:
+    """The URL a client uses (the server's own, or the guard's in front of it), and the server."""
+    async with rig.everything_http() as everything:
+        if mode == "direct":
+            yield everything.mcp_url, everything
+            return
+        config = rig.config({"everything": everything_http_entry(everything.mcp_url)})
+        async with rig.guard(["--config", str(config), *args]) as guard:
+            yield guard.mcp_url, everything
+
+
+# --- parity: the same through the guard as directly ---------------------------------------------
+
+
+async def test_identity_tools_and_results(rig: Rig, mode: Mode) -> None:
+    """The server's identity, capabilities, tools, resources, prompts and results reach the client as it gave them."""
+    async with everything_url(rig, mode) as (url, _), open_http_session(url) as opened:
+        session = opened.session
+        with anyio.fail_after(20):
+            tools = await session.list_tools()
+            echoed = await session.call_tool("echo", {"message": "hello"})
+            summed = await session.call_tool("get-sum", {"a": 2, "b": 3})
+            resources = await session.list_resources()
+            read = await session.read_resource(resources.resources[0].uri)
+            prompts = await session.list_prompts()
+    assert opened.initialize.server_info.name == "mcp-servers/everything"
+    assert opened.initialize.capabilities.tools is not None
+    assert {"echo", "get-sum", LONG_RUNNING} <= {tool.name for tool in tools.tools}
+    assert texts(echoed) == ["Echo: hello"]
+    assert not summed.is_error
+    assert "5" in texts(summed)[0]
+    assert read.contents
+    assert prompts.prompts
+
+
+LONG_RUNNING = "trigger-long-running-operation"
+
+
+async def test_progress_and_sampling(rig: Rig, mode: Mode) -> None:
+    """Progress and the server's sampling request on the call's own stream reach the client."""
+    inbox = Inbox()
+    user = ClientUser()
+    progress: list[float] = []
+
+    async def on_progress(value: float, total: float | None, message: str | None) -> None:
+        progress.append(value)
+
+    async with everything_url(rig, mode) as (url, _), open_http_session(url, callbacks=user.callbacks(inbox)) as opened:
+        session = opened.session
+        with anyio.fail_after(30):
+            # The server adds its sampling tool once it has seen the client's capabilities.
+            while "trigger-sampling-request" not in {tool.name for tool in (await session.list_tools()).tools}:  # noqa: ASYNC110 - asking is the only way to know
+                await anyio.sleep(0.05)
+            finished = await session.call_tool(LONG_RUNNING, {"duration": 1, "steps": 3}, progress_callback=on_progress)
+            sampled = await session.call_tool("trigger-sampling-request", {"prompt": "Name a colour", "maxTokens": 5})
+    assert progress == [1, 2, 3]
+    assert not finished.is_error
+    assert not sampled.is_error, texts(sampled)
+    assert len(user.sampling_requests) == 1
+
+
+async def test_the_session_id_is_the_servers(rig: Rig, mode: Mode) -> None:
+    """The client's session is the server's own: the guard hands out no ids of its own."""
+    async with everything_url(rig, mode) as (url, everything), open_http_session(url) as opened:
+        with anyio.fail_after(20):
+            await opened.session.list_tools()
+        straight = await http_post(
+            everything.mcp_url,
+            {"jsonrpc": "2.0", "id": 9, "method": "tools/list"},
+            {SESSION_HEADER: opened.session_id, "Mcp-Protocol-Version": opened.initialize.protocol_version},
+        )
+    assert straight.status_code == 200, straight.text
+    assert "result" in payload_for(straight, 9)
+
+
+# --- what only the guard does ------------------------------------------------------------------
+
+
+@asynccontextmanager
+async def counting_guard(rig: Rig, tmp_path: Path, *args: str) -> AsyncIterator[tuple[ServerProcess, ServerProcess]]:
+    """The counting fixture over HTTP, and the guard in front of it."""
+    async with rig.counting_http(tmp_path / "calls.jsonl") as counting:
+        config = rig.config({"counting": {"type": "http", "url": counting.mcp_url}})
+        async with rig.guard(["--config", str(config), *args]) as guard:
+            yield guard, counting
+
+
+async def test_loop_warned_refused_and_aborted_then_the_session_ends(rig: Rig, tmp_path: Path) -> None:
+    """Warned at 3, refused from 5 without reaching the server, aborted at 7; then the session is gone on both sides."""
+    async with counting_guard(rig, tmp_path) as (guard, counting):
+        async with open_http_session(guard.mcp_url) as opened:
+            with anyio.fail_after(30):
+                verdicts = [action(await opened.session.call_tool("echo", {"text": "same"})) for _ in range(7)]
+                with pytest.raises(MCPError):
+                    await opened.session.call_tool("echo", {"text": "something else"})
+            headers = {SESSION_HEADER: opened.session_id, "Mcp-Protocol-Version": opened.initialize.protocol_version}
+        again = await http_post(guard.mcp_url, tool_call_body("echo", {"text": "new"}), headers)
+        at_server = await http_post(counting.mcp_url, tool_call_body("echo", {"text": "new"}), headers)
+        metrics = (await http_get(guard.url("/metrics"))).text
+    assert verdicts == [None, None, "warn", "warn", "block", "block", "abort"]
+    assert len(counted_calls(tmp_path / "calls.jsonl", "echo")) == 4
+    assert again.status_code == 404
+    assert at_server.status_code == 404, "the guard ends an aborted session at the server too"
+    assert metric_value(metrics, "mcp_loop_guard_sessions") == 0
+
+
+async def test_a_polling_call_whose_result_changes_is_never_judged_a_loop(rig: Rig, tmp_path: Path) -> None:
+    """The same call with a new result each time is polling: ten calls, no warning, all reach the server."""
+    async with counting_guard(rig, tmp_path) as (guard, _), open_http_session(guard.mcp_url) as opened:
+        with anyio.fail_after(30):
+            verdicts = [action(await opened.session.call_tool("ticker", {})) for _ in range(10)]
+    assert verdicts == [None] * 10
+    assert len(counted_calls(tmp_path / "calls.jsonl", "ticker")) == 10
+
+
+async def test_a_session_belongs_to_the_token_that_opened_it(rig: Rig, tmp_path: Path) -> None:
+    """Another token's client cannot use (or judge itself by) a session it did not open."""
+    env = {"LOOP_GUARD_AUTH_TOKENS": "alice:secret-a,bob:secret-b"}
+    async with rig.counting_http(tmp_path / "calls.jsonl") as counting:
+        config = rig.config({"counting": {"type": "http", "url": counting.mcp_url}})
+        async with rig.guard(["--config", str(config)], env=env) as guard:
+            alice = await raw_session(guard.mcp_url, {"Authorization": "Bearer secret-a"})
+            as_bob = {**alice, "Authorization": "Bearer secret-b"}
+            stolen = await http_post(guard.mcp_url, tool_call_body("echo", {"text": "x"}), as_bob)
+            own = await http_post(guard.mcp_url, tool_call_body("echo", {"text": "x"}), alice)
+    assert stolen.status_code == 404
+    assert own.status_code == 200
+    assert payload_for(own, 1)["result"]["content"][0]["text"] == "x"
+    assert len(counted_calls(tmp_path / "calls.jsonl")) == 1
+
+
+async def test_an_unreachable_upstream_is_answered_and_the_guard_stays_up(rig: Rig) -> None:
+    """Nothing listens at the URL: initialize gets an error naming the server, /readyz says so, the guard serves on."""
+    config = rig.config({"gone": {"type": "http", "url": f"http://127.0.0.1:{free_port()}/mcp"}})
+    async with rig.guard(["--config", str(config)]) as guard:
+        opened = await http_post(guard.mcp_url, initialize_body())
+        ready = await http_get(guard.url("/readyz"))
+        await guard.stays_up(0.5)
+    error = payload_for(opened, 1)["error"]
+    assert "upstream 'gone' is unreachable" in error["message"]
+    assert ready.status_code == 503
+    assert ready.json()["upstreams"]["gone"]["status"] == "down"
+
+
+async def test_an_upstream_that_dies_mid_session_gives_the_call_an_error_result(rig: Rig, tmp_path: Path) -> None:
+    """The server is killed: the next call is an isError result the model can read, not a broken connection."""
+    async with counting_guard(rig, tmp_path) as (guard, counting), open_http_session(guard.mcp_url) as opened:
+        with anyio.fail_after(30):
+            assert texts(await opened.session.call_tool("echo", {"text": "before"})) == ["before"]
+            counting.process.kill()
+            await counting.process.wait()
+            after = await opened.session.call_tool("echo", {"text": "after"})
+    assert after.is_error
+    assert "upstream 'counting' is unreachable" in texts(after)[0]
+
+
+async def test_the_call_timeout_cancels_a_silent_call_upstream(rig: Rig, tmp_path: Path) -> None:
+    """No answer or progress within the call timeout: an isError result, and the server gets the cancellation."""
+    log = tmp_path / "calls.jsonl"
+    async with counting_guard(rig, tmp_path, "--call-timeout-seconds", "1") as (guard, _):
+        async with open_http_session(guard.mcp_url) as opened:
+            with anyio.fail_after(30):
+                timed_out = await opened.session.call_tool("slow", {"seconds": 5})
+                quick = await opened.session.call_tool("echo", {"text": "still here"})
+
+        async def cancelled() -> bool:
+            return any(call["event"] == "cancelled" for call in read_calls(log))
+
+        with anyio.fail_after(10):
+            while not await cancelled():  # noqa: ASYNC110 - the server's log is the only witness
+                await anyio.sleep(0.05)
+    assert timed_out.is_error
+    assert "call timeout" in texts(timed_out)[0]
+    assert texts(quick) == ["still here"]
+
+
+def read_calls(log: Path) -> list[dict[str, object]]:
+    """Every line of the counting server's log, calls and cancellations."""
+    return [json.loads(line) for line in log.read_text(encoding="utf-8").splitlines()] if log.exists() else []
+
+
+async def test_a_refusal_answers_in_the_era_of_the_request(rig: Rig, tmp_path: Path) -> None:
+    """A refused call is an isError result with the verdict in _meta, as a JSON body the client can read."""
+    async with counting_guard(rig, tmp_path, "--block-threshold", "2", "--warn-threshold", "1") as (guard, _):
+        session = await raw_session(guard.mcp_url)
+        answers = [
+            await http_post(guard.mcp_url, tool_call_body("echo", {"text": "same"}, request_id=n), session)
+            for n in range(1, 4)
+        ]
+    refused = payload_for(answers[1], 2)["result"]
+    assert answers[1].headers["content-type"].startswith("application/json")
+    assert refused["isError"] is True
+    assert refused["_meta"]["mcp-loop-guard/verdict"]["action"] == "block"
+    assert wire(types.CallToolResult.model_validate(refused))["isError"] is True
+
+
+async def test_sessions_are_capped_and_the_least_recently_used_idle_one_goes(rig: Rig, tmp_path: Path) -> None:
+    """With room for two sessions, a third evicts the oldest idle one, which then answers 404 on both sides."""
+    env = {"LOOP_GUARD_MAX_SESSIONS": "2"}
+    async with rig.counting_http(tmp_path / "calls.jsonl") as counting:
+        config = rig.config({"counting": {"type": "http", "url": counting.mcp_url}})
+        async with rig.guard(["--config", str(config)], env=env) as guard:
+            first = await raw_session(guard.mcp_url)
+            second = await raw_session(guard.mcp_url)
+            await http_post(guard.mcp_url, tool_call_body("echo", {"text": "touch"}), first)
+            third = await raw_session(guard.mcp_url)
+            evicted = await http_post(guard.mcp_url, tool_call_body("echo", {"text": "x"}), second)
+            at_server = await http_post(counting.mcp_url, tool_call_body("echo", {"text": "x"}), second)
+            kept = await http_post(guard.mcp_url, tool_call_body("echo", {"text": "x"}), first)
+            newest = await http_post(guard.mcp_url, tool_call_body("echo", {"text": "x"}), third)
+    assert evicted.status_code == 404
+    assert at_server.status_code == 404
+    assert kept.status_code == 200
+    assert newest.status_code == 200
