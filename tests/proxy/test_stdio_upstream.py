@@ -11,7 +11,7 @@ from mcp_loop_guard.config import StdioServer
 from mcp_loop_guard.proxy.upstream.child import ChildProcess
 from mcp_loop_guard.proxy.upstream.stdio import StdioUpstream
 from mcp_loop_guard.proxy.wire.lines import Oversized
-from mcp_loop_guard.proxy.wire.messages import BadLine, Message
+from mcp_loop_guard.proxy.wire.messages import OWN_ID_PREFIX, BadLine, Message
 
 pytestmark = pytest.mark.anyio
 
@@ -66,3 +66,41 @@ async def test_a_replaced_childs_late_end_leaves_its_successors_handshake_alone(
     assert replaced is None
     assert upstream.child is not None
     assert upstream.child.command[-1] == _SLOW_TO_ANSWER
+
+
+# Answers every request line with an empty result under the request's id.
+_ANSWERING = """
+import json, sys
+for line in sys.stdin:
+    request = json.loads(line)
+    sys.stdout.write(json.dumps({"jsonrpc": "2.0", "id": request["id"], "result": {}}) + "\\n")
+    sys.stdout.flush()
+"""
+
+
+async def test_an_outer_guards_own_request_is_answered_to_the_outer_guard() -> None:
+    """Behind another guard, answers to that guard's own requests pass on; only this guard's own are kept."""
+    passed: list[object] = []
+    got = anyio.Event()
+
+    async def on_message(item: Message | BadLine | Oversized) -> None:
+        if isinstance(item, Message):
+            passed.append(item.id)
+            got.set()
+
+    async def on_exit(child: ChildProcess) -> None:
+        pass
+
+    spec = StdioServer(name="work", command=sys.executable, args=("-c", _ANSWERING))
+    upstream = StdioUpstream(spec, on_message, on_exit, max_bytes=1 << 20)
+    outer = f"{OWN_ID_PREFIX}another-guard-1"  # the outer guard's own id: the same prefix, another nonce
+    with anyio.fail_after(20):
+        async with anyio.create_task_group() as tg:
+            await tg.start(upstream.run)
+            mine = await upstream.request("tools/list", None, within=10)
+            await upstream.send(Message({"jsonrpc": "2.0", "id": outer, "method": "tools/list"}).line())
+            await got.wait()
+            tg.cancel_scope.cancel()
+    assert mine is not None
+    assert mine["result"] == {}
+    assert passed == [outer]

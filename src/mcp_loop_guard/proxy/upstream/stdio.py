@@ -10,7 +10,6 @@ learn annotations) carry ids of their own and their answers never reach the clie
 
 from __future__ import annotations
 
-import itertools
 import logging
 import math
 from collections.abc import Awaitable, Callable, Coroutine
@@ -24,12 +23,10 @@ from mcp_loop_guard.config import StdioServer
 from mcp_loop_guard.proxy.upstream.backoff import Backoff
 from mcp_loop_guard.proxy.upstream.child import ChildProcess, UpstreamStartError, spawn
 from mcp_loop_guard.proxy.wire.lines import LineReader, Oversized
-from mcp_loop_guard.proxy.wire.messages import BadLine, Message, parse
+from mcp_loop_guard.proxy.wire.messages import BadLine, Message, own_request_id, parse
 
 logger = logging.getLogger(__name__)
 
-OWN_ID_PREFIX = "mcp-loop-guard-"
-"""Ids of the guard's own requests upstream; a client never picks these (and would only confuse itself)."""
 HANDSHAKE_TIMEOUT = 120.0
 """Seconds a restarted upstream may take to answer the replayed initialize (``npx`` may download first)."""
 
@@ -81,7 +78,6 @@ class StdioUpstream:
         self.restarts = 0
         self._tg: anyio.abc.TaskGroup | None = None
         self._own: dict[str, _Own] = {}
-        self._ids = itertools.count(1)
         self._failures = 0
         self._retry_at = 0.0
         self._down_reason = ""
@@ -137,11 +133,10 @@ class StdioUpstream:
             return
         if isinstance(parsed, Message):
             ident = parsed.body.get("id")
-            if isinstance(ident, str) and ident.startswith(OWN_ID_PREFIX) and parsed.is_response:
-                own = self._own.pop(ident, None)
-                if own is not None:
-                    own.answer = parsed.body
-                    own.done.set()
+            own = self._own.pop(ident, None) if isinstance(ident, str) and parsed.is_response else None
+            if own is not None:
+                own.answer = parsed.body
+                own.done.set()
                 return
         await self.on_message(parsed)
 
@@ -239,7 +234,7 @@ class StdioUpstream:
         target = child or self.child
         if target is None or target.exited.is_set():
             return None
-        ident = f"{OWN_ID_PREFIX}{next(self._ids)}"
+        ident = own_request_id()
         own = _Own(anyio.Event(), target)
         self._own[ident] = own
         body: dict[str, Any] = {"jsonrpc": "2.0", "id": ident, "method": method}

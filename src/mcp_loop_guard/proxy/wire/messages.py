@@ -7,7 +7,9 @@ writes is built here, by :func:`error`.
 
 from __future__ import annotations
 
+import itertools
 import re
+import secrets
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -19,11 +21,13 @@ __all__ = [
     "INVALID_PARAMS",
     "INVALID_REQUEST",
     "METHOD_NOT_FOUND",
+    "OWN_ID_PREFIX",
     "PARSE_ERROR",
     "BadLine",
     "Message",
     "RequestId",
     "error",
+    "own_request_id",
     "parse",
     "top_level_id",
 ]
@@ -33,6 +37,11 @@ INVALID_REQUEST: Final = -32600
 METHOD_NOT_FOUND: Final = -32601
 INVALID_PARAMS: Final = -32602
 INTERNAL_ERROR: Final = -32603
+
+OWN_ID_PREFIX: Final = "mcp-loop-guard-"
+"""Ids of the guard's own requests upstream start with this (a client never picks these)."""
+_OWN_NONCE = secrets.token_hex(4)
+_own_ids = itertools.count(1)
 
 GUARD_FAULT: Final = "mcp-loop-guard/fault"
 """Key in an error's ``data`` marking a failure the guard detected, not one the upstream sent."""
@@ -95,6 +104,15 @@ class BadLine:
     """The error response to send back; None when none is due (a broken response)."""
     response_to: RequestId | None = None
     """For a broken response: the id of the request it answers, when readable."""
+
+
+def own_request_id() -> str:
+    """An id for a request of the guard's own, unique to this process.
+
+    A guard behind another guard sees the outer one's own requests pass by: they must never
+    look like its own, or it would keep their answers.
+    """
+    return f"{OWN_ID_PREFIX}{_OWN_NONCE}-{next(_own_ids)}"
 
 
 def error(request_id: RequestId | None, code: int, message: str, data: Any = None) -> Message:

@@ -7,7 +7,6 @@ task the guard holds a call for. Everything else crosses as the bytes it came in
 
 from __future__ import annotations
 
-import itertools
 import logging
 import math
 from collections.abc import Sequence
@@ -26,7 +25,6 @@ from mcp_loop_guard.proxy.relay.tasks import created_task
 from mcp_loop_guard.proxy.relay.tool_list import RESERVED_META
 from mcp_loop_guard.proxy.relay.verdicts import SERVER_INFO, complete, failed
 from mcp_loop_guard.proxy.upstream.exchange import UpstreamHttpError, forwarded_response_headers
-from mcp_loop_guard.proxy.upstream.stdio import OWN_ID_PREFIX
 from mcp_loop_guard.proxy.wire import messages as wire
 from mcp_loop_guard.proxy.wire import sse
 from mcp_loop_guard.proxy.wire.messages import Message
@@ -40,7 +38,6 @@ Headers = Sequence[tuple[bytes, bytes]]
 
 _JSON = b"application/json"
 _EVENTS = b"text/event-stream"
-_OWN_IDS = itertools.count(1)
 _KEPT = (b"mcp-session-id", b"mcp-protocol-version")
 _LIST_TIMEOUT = 10.0
 """Seconds the guard's own tools/list may take (to learn annotations) when no call timeout is set."""
@@ -347,7 +344,7 @@ class Exchange:
         headers = self.session.headers if self.session is not None else self.headers
         cursor: object = None
         for page in range(20):
-            ident = f"{OWN_ID_PREFIX}list-{next(_OWN_IDS)}"
+            ident = wire.own_request_id()
             params: dict[str, Any] = {"cursor": cursor} if cursor else {}
             if envelope:
                 params["_meta"] = envelope
