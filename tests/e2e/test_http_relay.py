@@ -12,14 +12,16 @@ import json
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 import anyio
 import mcp_types as types
 import pytest
+from mcp import Client
+from mcp.client.subscriptions import ToolsListChanged
 from mcp.shared.exceptions import MCPError
 
-from tests.harness import ClientUser, Inbox, action, counted_calls, texts, wire
+from tests.harness import VERDICT_KEY, ClientUser, Inbox, action, counted_calls, fixture_command, texts, wire
 from tests.http_harness import (
     SESSION_HEADER,
     Rig,
@@ -33,6 +35,7 @@ from tests.http_harness import (
     open_http_session,
     payload_for,
     raw_session,
+    run_server,
     tool_call_body,
 )
 
@@ -264,3 +267,66 @@ async def test_sessions_are_capped_and_the_least_recently_used_idle_one_goes(rig
     assert at_server.status_code == 404
     assert kept.status_code == 200
     assert newest.status_code == 200
+
+
+# --- every method crosses: tasks, subscriptions/listen, the 2026-07-28 era ---------------------
+
+RESEARCH = "simulate-research-query"
+
+
+async def _research(url: str, session: dict[str, str], topic: str, base: int) -> dict[str, Any]:
+    """Runs server-everything's research tool as a task over bare POSTs: the handle, polling, the result."""
+    params = {"name": RESEARCH, "arguments": {"topic": topic}, "task": {"ttl": 60000}}
+    created = payload_for(await http_post(url, _request(base, "tools/call", params), session), base)
+    task = created["result"]["task"]["taskId"]
+    with anyio.fail_after(30):
+        while True:
+            status = payload_for(
+                await http_post(url, _request(base + 1, "tasks/get", {"taskId": task}), session), base + 1
+            )
+            if status["result"]["status"] == "completed":
+                break
+            await anyio.sleep(0.25)
+    fetched = await http_post(url, _request(base + 2, "tasks/result", {"taskId": task}), session)
+    return payload_for(fetched, base + 2)
+
+
+def _request(ident: int, method: str, params: dict[str, Any]) -> dict[str, Any]:
+    return {"jsonrpc": "2.0", "id": ident, "method": method, "params": params}
+
+
+async def test_tasks_cross_the_relay_and_a_repeated_task_is_warned(rig: Rig) -> None:
+    """Task-augmented calls pass as they came; the same research run again and again is warned on its result."""
+    capabilities = {"tasks": {"requests": {"tools": {"call": {}}}}}
+    async with everything_url(rig, "guarded") as (url, _):
+        session = await raw_session(url, capabilities=capabilities)
+        results = [await _research(url, session, "loops", base) for base in (10, 20, 30)]
+    texts_of = [result["result"]["content"][0]["text"] for result in results]
+    assert all("loops" in text for text in texts_of)
+    verdicts = [(result["result"].get("_meta") or {}).get(VERDICT_KEY, {}).get("action") for result in results]
+    assert verdicts == [None, None, "warn"]
+
+
+async def test_a_listen_stream_of_the_2026_era_crosses_the_relay(rig: Rig, tmp_path: Path) -> None:
+    """A 2026-07-28 client opens subscriptions/listen through the guard and gets the server's change events."""
+    async with run_server(
+        lambda port: (fixture_command("listen_server", "--http", str(port)), {}),
+        marker=rig.marker,
+        stderr=rig.log("listen-http"),
+        ready_path="/mcp",
+        accept=lambda status: True,
+    ) as listen:
+        config = rig.config({"listen": {"type": "http", "url": listen.mcp_url}})
+        async with rig.guard(["--config", str(config)]) as guard, Client(guard.mcp_url, mode="auto") as client:
+            assert client.protocol_version == "2026-07-28"
+            with anyio.fail_after(20):
+                async with client.listen(tools_list_changed=True) as subscription:
+                    await client.call_tool("register_tool", {"name": "fresh"})
+                    event = await anext(subscription)
+                names = {tool.name for tool in (await client.list_tools()).tools}
+                answers = [await client.call_tool("ask", {"question": "same?"}) for _ in range(5)]
+                asked = await client.call_tool("asked", {})
+    assert event == ToolsListChanged()
+    assert "fresh" in names
+    assert [action(answer) for answer in answers] == [None, None, "warn", "warn", "block"]
+    assert texts(asked) == ["4"]

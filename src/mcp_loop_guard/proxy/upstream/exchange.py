@@ -22,20 +22,10 @@ logger = logging.getLogger(__name__)
 
 __all__ = ["FORWARDED_REQUEST_HEADERS", "HttpExchange", "UpstreamHttpError", "forwarded_response_headers"]
 
-FORWARDED_REQUEST_HEADERS = frozenset(
-    {
-        b"accept",
-        b"content-type",
-        b"mcp-session-id",
-        b"mcp-protocol-version",
-        b"last-event-id",
-        b"traceparent",
-        b"tracestate",
-        b"baggage",
-    }
-)
-"""What of a client's request reaches the upstream: MCP's own headers and the trace context. Not the
-client's credentials for the guard (its bearer token), its cookies, or the guard's key header."""
+FORWARDED_REQUEST_HEADERS = frozenset({b"accept", b"content-type", b"last-event-id", b"traceparent", b"tracestate"})
+"""What of a client's request reaches the upstream, besides MCP's own ``Mcp-*`` headers (the session, the
+protocol version, and 2026-07-28's ``Mcp-Method``, ``Mcp-Name`` and ``Mcp-Param-*``): the trace context.
+Not the client's credentials for the guard (its bearer token), its cookies, or the guard's key header."""
 _HOP_BY_HOP = frozenset(
     {
         b"connection",
@@ -95,7 +85,7 @@ class HttpExchange:
         Raises:
             UpstreamHttpError: the upstream cannot be reached, or the connection broke.
         """
-        sent = [(key, value) for key, value in headers if key in FORWARDED_REQUEST_HEADERS]
+        sent = [(key, value) for key, value in headers if key in FORWARDED_REQUEST_HEADERS or key.startswith(b"mcp-")]
         request = self.client.build_request(method, self.url, headers=sent, content=body or None)
         try:
             response = await self.client.send(request, stream=True)

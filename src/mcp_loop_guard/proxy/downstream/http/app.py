@@ -85,7 +85,7 @@ def relayed_upstream(plan: Plan) -> HttpServer | None:
     """The one streamable HTTP server an HTTP guard relays request by request, when that is all it serves."""
     servers = plan.config.servers
     settings = plan.settings
-    if settings.transport != "http" or settings.stateless or len(servers) != 1:
+    if settings.transport != "http" or len(servers) != 1:
         return None
     spec = servers[0]
     return spec if isinstance(spec, HttpServer) and spec.transport == "http" else None

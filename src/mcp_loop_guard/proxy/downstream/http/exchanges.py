@@ -141,7 +141,7 @@ class Exchange:
     def _note_session(self, response: httpx2.Response) -> None:
         """An initialize answered with a session id opens a session; every request keeps its MCP headers."""
         given = response.headers.get("mcp-session-id")
-        if self.method == "initialize" and given and response.is_success and self.session is None:
+        if self.method == "initialize" and given and response.is_success and not self.relay.keyed_only:
             self.session = self.relay.open_session(given.encode("latin-1"), self.token)
         if self.session is not None:
             kept = [(key, value) for key, value in self.headers if key in _KEPT and key != b"mcp-session-id"]

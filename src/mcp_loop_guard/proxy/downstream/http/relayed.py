@@ -84,6 +84,8 @@ class HttpRelay:
         self.facts = ToolFacts()
         self.sessions: OrderedDict[bytes, RelayedSession] = OrderedDict()
         self.closed: OrderedDict[bytes, None] = OrderedDict()
+        self.keyed_only = plan.settings.stateless
+        """``--stateless``: every request is judged by the agent its key names, whatever session it is in."""
         self.server_info: object = None
         """The upstream's 2026-07-28 ``serverInfo``, stamped on the results the guard writes in that era."""
         self._tg: anyio.abc.TaskGroup | None = None
@@ -160,7 +162,7 @@ class HttpRelay:
             await Exchange.json(send, 400, refusal)
             return
         token = token_of(scope)
-        session_id = header(scope, SESSION)
+        session_id = None if self.keyed_only else header(scope, SESSION)
         session: RelayedSession | None = None
         if session_id is not None:
             session = await self._session(session_id, token, send)
@@ -193,7 +195,7 @@ class HttpRelay:
 
     async def _other(self, method: str, scope: Scope, receive: Receive, send: Send) -> None:
         """A GET event stream or a DELETE: relayed as they are, within the session's life."""
-        session_id = header(scope, SESSION)
+        session_id = None if self.keyed_only else header(scope, SESSION)
         session = await self._session(session_id, token_of(scope), send) if session_id is not None else None
         if session_id is not None and session is None:
             return
