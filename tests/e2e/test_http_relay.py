@@ -34,6 +34,7 @@ from tests.http_harness import (
     metric_value,
     open_http_session,
     payload_for,
+    payload_verdict,
     raw_session,
     run_server,
     tool_call_body,
@@ -330,3 +331,21 @@ async def test_a_listen_stream_of_the_2026_era_crosses_the_relay(rig: Rig, tmp_p
     assert "fresh" in names
     assert [action(answer) for answer in answers] == [None, None, "warn", "warn", "block"]
     assert texts(asked) == ["4"]
+
+
+async def test_a_guard_started_again_serves_the_open_sessions_with_their_loop_state(rig: Rig, tmp_path: Path) -> None:
+    """The guard is replaced under an open session: the next guard relays it on and its streak goes on."""
+    async with rig.counting_http(tmp_path / "calls.jsonl") as counting:
+        config = rig.config({"counting": {"type": "http", "url": counting.mcp_url}})
+        async with rig.guard(["--config", str(config)]) as first:
+            session = await raw_session(first.mcp_url)
+            before = [
+                await http_post(first.mcp_url, tool_call_body("echo", {"text": "same"}), session) for _ in range(3)
+            ]
+        async with rig.guard(["--config", str(config)]) as second:
+            after = [
+                await http_post(second.mcp_url, tool_call_body("echo", {"text": "same"}), session) for _ in range(2)
+            ]
+    verdicts = [payload_verdict(payload_for(response, 1)) for response in [*before, *after]]
+    assert verdicts == [None, None, "warn", "warn", "block"]
+    assert len(counted_calls(tmp_path / "calls.jsonl", "echo")) == 4

@@ -121,7 +121,7 @@ class Exchange:
         try:
             with stop, self.timer:
                 async with relay.upstream.send("POST", self.headers, self.body) as response:
-                    self._note_session(response)
+                    await self._note_session(response)
                     await self._answer(response)
                     return
         except UpstreamHttpError as error:
@@ -135,14 +135,14 @@ class Exchange:
             await self._timed_out()
         elif relay.stopping():
             await self._fail("the guard is shutting down; the request was cancelled", "stopping")
-        elif self.pending is not None:  # the session ended under the call (aborted in another request)
-            await self.judge_dropped()
+        else:  # the guard ended the session under the request (aborted by another call, or evicted)
+            await self._fail("the session was ended by the loop guard; the request was cancelled", "ended")
 
-    def _note_session(self, response: httpx2.Response) -> None:
+    async def _note_session(self, response: httpx2.Response) -> None:
         """An initialize answered with a session id opens a session; every request keeps its MCP headers."""
         given = response.headers.get("mcp-session-id")
         if self.method == "initialize" and given and response.is_success and not self.relay.keyed_only:
-            self.session = self.relay.open_session(given.encode("latin-1"), self.token)
+            self.session = await self.relay.open_session(given.encode("latin-1"), self.token)
         if self.session is not None:
             kept = [(key, value) for key, value in self.headers if key in _KEPT and key != b"mcp-session-id"]
             self.session.headers = [(b"mcp-session-id", self.session.session_id), *kept]

@@ -43,6 +43,7 @@ from mcp_loop_guard.proxy.relay.tools import ToolFacts
 from mcp_loop_guard.proxy.upstream.exchange import HttpExchange, UpstreamHttpError
 from mcp_loop_guard.proxy.wire import messages as wire
 from mcp_loop_guard.proxy.wire.messages import BadLine, Message
+from mcp_loop_guard.store import StoreError
 
 logger = logging.getLogger(__name__)
 
@@ -94,7 +95,7 @@ class HttpRelay:
 
     @asynccontextmanager
     async def running(self) -> AsyncIterator[None]:
-        """Serve until the context ends; then end every session (telling the server) and close the pool."""
+        """Serve until the context ends; then close the pool of connections."""
         try:
             async with anyio.create_task_group() as tg:
                 self._tg = tg
@@ -104,9 +105,9 @@ class HttpRelay:
                 finally:
                     tg.cancel_scope.cancel()
         finally:
+            # Sessions are left open at the server: a guard started again in this one's place
+            # serves them on, judged by the state they left in the store.
             with anyio.CancelScope(shield=True), anyio.move_on_after(END_TIMEOUT):
-                for session in list(self.sessions.values()):
-                    await self._end(session, "the guard is stopping")
                 await self.upstream.aclose()
 
     async def _expire(self) -> None:
@@ -204,6 +205,8 @@ class HttpRelay:
         async def tracked(message: ASGIMessage) -> None:
             nonlocal answered
             answered = True
+            if message["type"] == "http.response.start" and message["status"] == 404 and session is not None:
+                self.forget(session)  # the server does not know it (any more)
             await send(message)
 
         with anyio.CancelScope() as cancel:
@@ -236,20 +239,30 @@ class HttpRelay:
             # judged from now on, with its loop state from the store.
             if not await self._room(send):
                 return None
-            session = self.open_session(session_id, token)
+            session = await self.open_session(session_id, token)
         elif session.token != token:
             await reply(send, 404, "Session not found")
             return None
         self.sessions.move_to_end(session_id)
         return session
 
-    def open_session(self, session_id: bytes, token: str) -> RelayedSession:
-        """Start judging a session the server opened (its answer to initialize named it)."""
+    async def open_session(self, session_id: bytes, token: str) -> RelayedSession:
+        """Start judging a session the server opened, with what the store kept of it (a guard restarted)."""
         existing = self.sessions.get(session_id)
         if existing is not None:
             return existing
         key = f"session:{token or '-'}/{session_id.decode('latin-1')}"
-        loop = agent_loop(self.plan, self.agents.store, self.agents.health, key)
+        store = self.agents.store
+        state = None
+        if not store.shared:
+            try:
+                state = await store.load(key)
+            except StoreError as error:
+                self.agents.health.failed(error, time.time())
+        existing = self.sessions.get(session_id)
+        if existing is not None:  # opened by another request meanwhile
+            return existing
+        loop = agent_loop(self.plan, store, self.agents.health, key, state)
         judge = judge_for(self.plan, loop, label=key, events=self.agents.events, observe=self.agents.observe)
         session = RelayedSession(session_id, token, judge, HeldTasks(judge))
         self.sessions[session_id] = session
