@@ -285,4 +285,9 @@ async def test_listen_stream_outlives_the_call_timeout(process_marker: str, tmp_
             await anyio.sleep(2.5)  # idle for longer than the call timeout: the point of the test
             await client.call_tool("register_tool", {"name": "late"})
             assert await _next_event(stream) == ToolsListChanged()
-    assert tapped(tap, "server", "notifications/cancelled") == []
+    listens = [request["id"] for request in tapped(tap, "server", "subscriptions/listen")]
+    cancelled = [note["params"]["requestId"] for note in tapped(tap, "server", "notifications/cancelled")]
+    assert len(listens) == 1
+    # Only the listen stream is the point: on a busy machine the first request, which waits for
+    # the server to start, may itself outlast a one-second call timeout (and the client retries it).
+    assert listens[0] not in cancelled
