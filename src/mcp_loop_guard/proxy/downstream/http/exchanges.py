@@ -9,16 +9,23 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 import anyio
 import httpx2
-from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS
 from starlette.types import Scope, Send
 
 from mcp_loop_guard import codec
 from mcp_loop_guard.proxy.downstream.http.middleware import token_of
+from mcp_loop_guard.proxy.downstream.http.replies import (
+    EVENTS,
+    JSON,
+    Headers,
+    is_modern,
+    json_reply,
+    learn_tools,
+    read_bounded,
+)
 from mcp_loop_guard.proxy.relay.calls import WRONG_SHAPE, bad_call, begin_call, finish_call, refusal_message
 from mcp_loop_guard.proxy.relay.judge import Judge, Pending, Refusal
 from mcp_loop_guard.proxy.relay.tasks import created_task
@@ -30,14 +37,11 @@ from mcp_loop_guard.proxy.wire import sse
 from mcp_loop_guard.proxy.wire.messages import Message
 
 if TYPE_CHECKING:
-    from mcp_loop_guard.proxy.downstream.http.relayed import HttpRelay, RelayedSession
+    from mcp_loop_guard.proxy.downstream.http.relayed import HttpRelay
+    from mcp_loop_guard.proxy.downstream.http.relayed_sessions import RelayedSession
 
 logger = logging.getLogger(__name__)
 
-Headers = Sequence[tuple[bytes, bytes]]
-
-_JSON = b"application/json"
-_EVENTS = b"text/event-stream"
 _KEPT = (b"mcp-session-id", b"mcp-protocol-version")
 _LIST_TIMEOUT = 10.0
 """Seconds the guard's own tools/list may take (to learn annotations) when no call timeout is set."""
@@ -83,14 +87,14 @@ class Exchange:
             assert message.id is not None
             bad = bad_call(message.id, params)
             if bad is not None:
-                await self.json(self.send, 200, bad)
+                await json_reply(self.send, 200, bad)
                 return
             assert self.judge is not None
             annotations = await self._annotations(params)
             decision = await begin_call(self.judge, self.relay.spec.name, message, params, annotations)
             if isinstance(decision, Refusal):
                 answer = refusal_message(message.id, decision, modern=self.modern, server_info=self.relay.server_info)
-                await self.json(self.send, 200, answer)
+                await json_reply(self.send, 200, answer)
                 if decision.abort:
                     self.relay.aborted(self.session, params["name"])
                 return
@@ -142,7 +146,7 @@ class Exchange:
         """An initialize answered with a session id opens a session; every request keeps its MCP headers."""
         given = response.headers.get("mcp-session-id")
         if self.method == "initialize" and given and response.is_success and not self.relay.keyed_only:
-            self.session = await self.relay.open_session(given.encode("latin-1"), self.token)
+            self.session = await self.relay.sessions.open(given.encode("latin-1"), self.token)
         if self.session is not None:
             kept = [(key, value) for key, value in self.headers if key in _KEPT and key != b"mcp-session-id"]
             self.session.headers = [(b"mcp-session-id", self.session.session_id), *kept]
@@ -150,18 +154,21 @@ class Exchange:
     async def _answer(self, response: httpx2.Response) -> None:
         content_type = response.headers.get("content-type", "").encode("latin-1").lower()
         if response.status_code == 404 and self.session is not None:
-            self.relay.forget(self.session)  # the server ended the session
+            self.relay.sessions.forget(self.session)  # the server ended the session
         if not self._looks() or not response.is_success:
             await self.judge_dropped()
             await self._plain(response)
-        elif content_type.startswith(_EVENTS):
+        elif content_type.startswith(EVENTS):
             await self._events(response)
-        elif content_type.startswith(_JSON):
-            raw = await response.aread()
+        elif content_type.startswith(JSON):
+            raw = await read_bounded(response, self.relay.settings.max_message_bytes)
+            if raw is None:
+                await self._fail(self._too_large(), "too-large")
+                return
             parsed = wire.parse(raw)
             if isinstance(parsed, Message) and parsed.is_response and parsed.id == self.message_id:
                 answer = await self._look(parsed)
-                await self.json(self.send, response.status_code, answer, forwarded_response_headers(response.headers))
+                await json_reply(self.send, response.status_code, answer, forwarded_response_headers(response.headers))
                 return
             await self.judge_dropped()
             await self._start(response, raw)
@@ -180,7 +187,12 @@ class Exchange:
         async for chunk in response.aiter_raw():
             self._progressed()
             out: list[bytes] = []
-            for event in splitter.feed(chunk):
+            try:
+                events = splitter.feed(chunk)
+            except ValueError:
+                await self._fail(self._too_large(), "too-large")
+                return
+            for event in events:
                 data = sse.data_of(event)
                 parsed = wire.parse(data) if data is not None and b'"id"' in data else None
                 if isinstance(parsed, Message) and parsed.is_response and parsed.id == self.message_id:
@@ -212,6 +224,10 @@ class Exchange:
         elif self.method in ("tasks/result", "tasks/cancel") and self.session is not None:
             await self.session.tasks.answered(answer, params["taskId"], cancelled=self.method == "tasks/cancel")
         return answer
+
+    def _too_large(self) -> str:
+        limit = self.relay.settings.max_message_bytes
+        return f"the upstream's answer is over the limit of {limit} bytes (LOOP_GUARD_MAX_MESSAGE_BYTES); not relayed"
 
     def _result(self, result: dict[str, Any]) -> Message:
         assert self.message_id is not None
@@ -252,7 +268,7 @@ class Exchange:
         """Answer a request the guard could not complete: an isError result for tools/call, else an error."""
         if self.message is None or not self.message.is_request or self.message_id is None:
             if not self.started:
-                await self.json(self.send, 502, wire.error(None, wire.INTERNAL_ERROR, reason))
+                await json_reply(self.send, 502, wire.error(None, wire.INTERNAL_ERROR, reason))
             return
         await self.judge_dropped()
         if self.method == "tools/call":
@@ -264,7 +280,7 @@ class Exchange:
             body = sse.encode(codec.dumps(answer.body))
             await self.send({"type": "http.response.body", "body": body, "more_body": False})
         else:
-            await self.json(self.send, 200, answer)
+            await json_reply(self.send, 200, answer)
 
     # --- writing -----------------------------------------------------------------------------
 
@@ -284,46 +300,6 @@ class Exchange:
             await self.send({"type": "http.response.body", "body": chunk, "more_body": True})
         await self.send({"type": "http.response.body", "body": b"", "more_body": False})
 
-    @staticmethod
-    async def relay_plain(relay: HttpRelay, method: str, headers: Headers, send: Send) -> None:
-        """A request relayed as it is, its answer streamed back as it comes (a GET stream, a DELETE)."""
-        started = False
-        try:
-            async with relay.upstream.send(method, headers) as response:
-                await send(
-                    {
-                        "type": "http.response.start",
-                        "status": response.status_code,
-                        "headers": forwarded_response_headers(response.headers),
-                    }
-                )
-                started = True
-                async for chunk in response.aiter_raw():
-                    if b"notifications/tools/list_changed" in chunk:
-                        relay.facts.forget()
-                    await send({"type": "http.response.body", "body": chunk, "more_body": True})
-        except UpstreamHttpError as error:
-            if not started:
-                await Exchange.json(send, 502, wire.error(None, wire.INTERNAL_ERROR, str(error)))
-        finally:
-            if started:
-                with anyio.CancelScope(shield=True):
-                    await send({"type": "http.response.body", "body": b"", "more_body": False})
-
-    @staticmethod
-    async def json(send: Send, status: int, message: Message, headers: Headers = ()) -> None:
-        """One message as the whole response."""
-        body = message.raw if message.raw is not None else codec.dumps(message.body)
-        kept = [(key, value) for key, value in headers if key != b"content-length"]
-        await send(
-            {
-                "type": "http.response.start",
-                "status": status,
-                "headers": [(b"content-type", _JSON), (b"content-length", str(len(body)).encode()), *kept],
-            }
-        )
-        await send({"type": "http.response.body", "body": body, "more_body": False})
-
     # --- the guard's own tools/list -----------------------------------------------------------
 
     async def _annotations(self, params: dict[str, Any]) -> dict[str, Any] | None:
@@ -332,57 +308,12 @@ class Exchange:
         if not facts.listed:
             meta = params.get("_meta")
             envelope = {k: v for k, v in meta.items() if k.startswith(RESERVED_META)} if isinstance(meta, dict) else {}
+            headers = self.session.headers if self.session is not None else self.headers
+            limit = self.relay.settings.max_message_bytes
             try:
                 with anyio.fail_after(self.relay.plan.limits.call_timeout or _LIST_TIMEOUT):
-                    await self._learn_tools(envelope)
+                    await learn_tools(self.relay.upstream, headers, envelope, facts, limit)
             except (TimeoutError, UpstreamHttpError, ValueError) as error:
                 logger.debug("could not list the upstream's tools: %s", error)
                 facts.listed = True  # judged without annotations rather than listed again on every call
         return facts.annotations(params["name"])
-
-    async def _learn_tools(self, envelope: dict[str, Any]) -> None:
-        headers = self.session.headers if self.session is not None else self.headers
-        cursor: object = None
-        for page in range(20):
-            ident = wire.own_request_id()
-            params: dict[str, Any] = {"cursor": cursor} if cursor else {}
-            if envelope:
-                params["_meta"] = envelope
-            body: dict[str, Any] = {"jsonrpc": "2.0", "id": ident, "method": "tools/list"}
-            if params:
-                body["params"] = params
-            sent = [*headers, (b"accept", _JSON + b", " + _EVENTS), (b"content-type", _JSON)]
-            async with self.relay.upstream.send("POST", sent, codec.dumps(body)) as response:
-                answer = await _read_answer(response, ident, self.relay.settings.max_message_bytes)
-            result = (answer or {}).get("result")
-            if not isinstance(result, dict):
-                self.relay.facts.listed = True
-                return
-            self.relay.facts.note(result.get("tools") or [], first_page=page == 0)
-            cursor = result.get("nextCursor")
-            if not cursor:
-                return
-
-
-async def _read_answer(response: httpx2.Response, ident: str, limit: int) -> dict[str, Any] | None:
-    """The body of the response to ``ident`` in a JSON body or an event stream; None when there is none."""
-    if not response.is_success:
-        return None
-    content_type = response.headers.get("content-type", "").encode("latin-1").lower()
-    if content_type.startswith(_JSON):
-        parsed = wire.parse(await response.aread())
-        return parsed.body if isinstance(parsed, Message) and parsed.id == ident else None
-    splitter = sse.EventSplitter(limit)
-    async for chunk in response.aiter_raw():
-        for event in splitter.feed(chunk):
-            data = sse.data_of(event)
-            parsed = wire.parse(data) if data is not None else None
-            if isinstance(parsed, Message) and parsed.is_response and parsed.id == ident:
-                return parsed.body
-    return None
-
-
-def is_modern(headers: Headers) -> bool:
-    """A 2026-07-28 request (its protocol version header names no handshake-era version)."""
-    version = next((value for key, value in headers if key == b"mcp-protocol-version"), None)
-    return version is not None and version.decode("latin-1") not in HANDSHAKE_PROTOCOL_VERSIONS

@@ -18,10 +18,8 @@ from __future__ import annotations
 
 import logging
 import time
-from collections import OrderedDict
 from collections.abc import AsyncIterator, Iterator, Sequence
 from contextlib import asynccontextmanager
-from dataclasses import dataclass, field
 
 import anyio
 import anyio.abc
@@ -31,44 +29,22 @@ from starlette.types import Receive, Scope, Send
 from mcp_loop_guard.config import HttpServer, ServerSpec
 from mcp_loop_guard.metrics import Metrics
 from mcp_loop_guard.plan import Plan
-from mcp_loop_guard.proxy.downstream.agents import agent_loop, judge_for
 from mcp_loop_guard.proxy.downstream.http.admin import LiveAgent
 from mcp_loop_guard.proxy.downstream.http.agents import Agents, BusyError, KeyedAgent, agent_key
-from mcp_loop_guard.proxy.downstream.http.exchanges import Exchange, Headers
+from mcp_loop_guard.proxy.downstream.http.exchanges import Exchange
 from mcp_loop_guard.proxy.downstream.http.middleware import RETRY_AFTER_BUSY, header, reply, retry_after, token_of
+from mcp_loop_guard.proxy.downstream.http.relayed_sessions import RelayedSession, RelayedSessions
+from mcp_loop_guard.proxy.downstream.http.replies import json_reply, relay_plain
 from mcp_loop_guard.proxy.relay.judge import Judge
 from mcp_loop_guard.proxy.relay.session_server import STOPPING
-from mcp_loop_guard.proxy.relay.tasks import HeldTasks
 from mcp_loop_guard.proxy.relay.tools import ToolFacts
-from mcp_loop_guard.proxy.upstream.exchange import HttpExchange, UpstreamHttpError
+from mcp_loop_guard.proxy.upstream.exchange import HttpExchange
 from mcp_loop_guard.proxy.wire import messages as wire
 from mcp_loop_guard.proxy.wire.messages import BadLine, Message
-from mcp_loop_guard.store import StoreError
 
 logger = logging.getLogger(__name__)
 
 SESSION = b"mcp-session-id"
-VERSION = b"mcp-protocol-version"
-CLOSED_KEPT = 4096
-"""Ended session ids remembered, so their requests get 404 at once (the server forgets them too)."""
-END_TIMEOUT = 5.0
-"""Seconds the server gets to take the guard's DELETE of a session the guard ended."""
-
-
-@dataclass(eq=False)
-class RelayedSession:
-    """One upstream session as the guard sees it: its agent, and the requests it has open."""
-
-    session_id: bytes
-    token: str
-    judge: Judge
-    tasks: HeldTasks
-    last_used: float = field(default_factory=time.monotonic)
-    in_flight: int = 0
-    scopes: set[anyio.CancelScope] = field(default_factory=set)
-    """The session's open requests and streams, cancelled when the guard ends the session."""
-    headers: Headers = ()
-    """The MCP headers of its last request (session id, protocol version), for the guard's own requests."""
 
 
 class HttpRelay:
@@ -83,8 +59,7 @@ class HttpRelay:
         self.metrics = metrics
         self.upstream = HttpExchange(spec)
         self.facts = ToolFacts()
-        self.sessions: OrderedDict[bytes, RelayedSession] = OrderedDict()
-        self.closed: OrderedDict[bytes, None] = OrderedDict()
+        self.sessions = RelayedSessions(plan, agents, metrics, self.upstream)
         self.keyed_only = plan.settings.stateless
         """``--stateless``: every request is judged by the agent its key names, whatever session it is in."""
         self.server_info: object = None
@@ -107,18 +82,14 @@ class HttpRelay:
         finally:
             # Sessions are left open at the server: a guard started again in this one's place
             # serves them on, judged by the state they left in the store.
-            with anyio.CancelScope(shield=True), anyio.move_on_after(END_TIMEOUT):
+            with anyio.CancelScope(shield=True):
                 await self.upstream.aclose()
 
     async def _expire(self) -> None:
         idle = self.settings.session_idle_seconds
         while True:
             await anyio.sleep(min(idle, 30.0))
-            cutoff = time.monotonic() - idle
-            for session in list(self.sessions.values()):
-                if session.last_used < cutoff and session.in_flight == 0:
-                    logger.info("session %s expired after %.0fs idle", _short(session), idle)
-                    await self._end(session, "expired")
+            await self.sessions.expire(idle)
             self.agents.expire(idle)
 
     async def reconfigure(self, servers: Sequence[ServerSpec]) -> str | None:
@@ -137,7 +108,7 @@ class HttpRelay:
 
     def held(self) -> Iterator[LiveAgent]:
         """Every agent held in memory now, for the admin API."""
-        for session in list(self.sessions.values()):
+        for session in list(self.sessions.live.values()):
             yield LiveAgent("session", session.judge.agent, session.in_flight)
         for agent in list(self.agents.held.values()):
             yield LiveAgent("keyed", agent.judge.agent, agent.in_flight)
@@ -160,13 +131,13 @@ class HttpRelay:
         if parsed is None or (isinstance(parsed, BadLine) and parsed.reply is not None):
             refusal = parsed.reply if parsed is not None else wire.error(None, wire.PARSE_ERROR, "Parse error: empty")
             assert refusal is not None
-            await Exchange.json(send, 400, refusal)
+            await json_reply(send, 400, refusal)
             return
         token = token_of(scope)
         session_id = None if self.keyed_only else header(scope, SESSION)
         session: RelayedSession | None = None
         if session_id is not None:
-            session = await self._session(session_id, token, send)
+            session = await self.sessions.lookup(session_id, token, send)
             if session is None:
                 return
         message = parsed if isinstance(parsed, Message) else None
@@ -177,7 +148,12 @@ class HttpRelay:
             if keyed is None:
                 return
             judge = keyed.judge
-        elif session is None and message is not None and message.method == "initialize" and not await self._room(send):
+        elif (
+            session is None
+            and message is not None
+            and message.method == "initialize"
+            and not await self.sessions.room(send)
+        ):
             return
         exchange = Exchange(self, scope, send, body, message, session, judge)
         if keyed is not None:
@@ -197,7 +173,7 @@ class HttpRelay:
     async def _other(self, method: str, scope: Scope, receive: Receive, send: Send) -> None:
         """A GET event stream or a DELETE: relayed as they are, within the session's life."""
         session_id = None if self.keyed_only else header(scope, SESSION)
-        session = await self._session(session_id, token_of(scope), send) if session_id is not None else None
+        session = await self.sessions.lookup(session_id, token_of(scope), send) if session_id is not None else None
         if session_id is not None and session is None:
             return
         answered = False
@@ -206,7 +182,7 @@ class HttpRelay:
             nonlocal answered
             answered = True
             if message["type"] == "http.response.start" and message["status"] == 404 and session is not None:
-                self.forget(session)  # the server does not know it (any more)
+                self.sessions.forget(session)  # the server does not know it (any more)
             await send(message)
 
         with anyio.CancelScope() as cancel:
@@ -216,7 +192,7 @@ class HttpRelay:
                 async with anyio.create_task_group() as tg:
                     if method == "GET":
                         tg.start_soon(_cancel_on_disconnect, receive, cancel)
-                    await Exchange.relay_plain(self, method, scope["headers"], tracked)
+                    await relay_plain(self.upstream, self.facts, method, scope["headers"], tracked)
                     tg.cancel_scope.cancel()
             finally:
                 if session is not None:
@@ -224,64 +200,9 @@ class HttpRelay:
         if not answered:
             await reply(send, 404, "Session not found")  # ended by the guard before the server answered
         if method == "DELETE" and session is not None:
-            self.forget(session)
+            self.sessions.forget(session)
 
     # --- sessions and agents -----------------------------------------------------------------
-
-    async def _session(self, session_id: bytes, token: str, send: Send) -> RelayedSession | None:
-        """The session a request names; None when it was answered 404 (ended, or opened with another token)."""
-        if session_id in self.closed:
-            await reply(send, 404, "Session not found")
-            return None
-        session = self.sessions.get(session_id)
-        if session is None:
-            # A session the server opened before this guard knew of it (the guard restarted):
-            # judged from now on, with its loop state from the store.
-            if not await self._room(send):
-                return None
-            session = await self.open_session(session_id, token)
-        elif session.token != token:
-            await reply(send, 404, "Session not found")
-            return None
-        self.sessions.move_to_end(session_id)
-        return session
-
-    async def open_session(self, session_id: bytes, token: str) -> RelayedSession:
-        """Start judging a session the server opened, with what the store kept of it (a guard restarted)."""
-        existing = self.sessions.get(session_id)
-        if existing is not None:
-            return existing
-        key = f"session:{token or '-'}/{session_id.decode('latin-1')}"
-        store = self.agents.store
-        state = None
-        if not store.shared:
-            try:
-                state = await store.load(key)
-            except StoreError as error:
-                self.agents.health.failed(error, time.time())
-        existing = self.sessions.get(session_id)
-        if existing is not None:  # opened by another request meanwhile
-            return existing
-        loop = agent_loop(self.plan, store, self.agents.health, key, state)
-        judge = judge_for(self.plan, loop, label=key, events=self.agents.events, observe=self.agents.observe)
-        session = RelayedSession(session_id, token, judge, HeldTasks(judge))
-        self.sessions[session_id] = session
-        self.metrics.sessions.inc()
-        return session
-
-    async def _room(self, send: Send) -> bool:
-        """Room for one more session: the least recently used idle one ends, or the client gets 503."""
-        if len(self.sessions) < self.settings.max_sessions:
-            return True
-        idle = next((s for s in self.sessions.values() if s.in_flight == 0), None)
-        if idle is None:
-            await reply(
-                send, 503, "Service Unavailable: too many sessions; try again later", retry_after(RETRY_AFTER_BUSY)
-            )
-            return False
-        logger.info("session limit reached: closing the least recently used idle session %s", _short(idle))
-        await self._end(idle, "evicted")
-        return True
 
     async def _keyed(self, scope: Scope, send: Send) -> KeyedAgent | None:
         """The agent of a request without a session; None when it was answered (503, or 429 after an abort)."""
@@ -316,41 +237,10 @@ class HttpRelay:
         if session is None:
             logger.warning("an agent was aborted for looping on %r; its requests get 429 for a while", tool)
             return
-        logger.warning("session %s aborted: tool %r kept looping", _short(session), tool)
+        logger.warning("session %s aborted: tool %r kept looping", session.short, tool)
         assert self._tg is not None
-        self._retire(session)
-        self._tg.start_soon(self._tell_upstream_ended, session)
-
-    def forget(self, session: RelayedSession) -> None:
-        """The session is over for the server too (it answered 404, or the client deleted it)."""
-        if self.sessions.pop(session.session_id, None) is not None:
-            self.metrics.sessions.dec()
-        self.agents.drop(session.judge.agent.key)
-
-    def _retire(self, session: RelayedSession) -> None:
-        """Stop serving a session: its id answers 404 from now on and its open streams close."""
-        self.forget(session)
-        self.closed[session.session_id] = None
-        while len(self.closed) > CLOSED_KEPT:
-            self.closed.popitem(last=False)
-        for cancel in list(session.scopes):
-            cancel.cancel()
-
-    async def _end(self, session: RelayedSession, why: str) -> None:
-        logger.debug("ending session %s: %s", _short(session), why)
-        self._retire(session)
-        await self._tell_upstream_ended(session)
-
-    async def _tell_upstream_ended(self, session: RelayedSession) -> None:
-        """DELETE the session upstream, so the server frees it too (best effort, bounded)."""
-        if not session.headers:
-            return
-        with anyio.move_on_after(END_TIMEOUT):
-            try:
-                async with self.upstream.send("DELETE", session.headers):
-                    pass
-            except UpstreamHttpError as error:
-                logger.debug("could not end session %s upstream: %s", _short(session), error)
+        self.sessions.retire(session)
+        self._tg.start_soon(self.sessions.tell_upstream_ended, session)
 
     def stopping(self) -> bool:
         """The guard is shutting down (its first signal came)."""
@@ -387,7 +277,3 @@ async def _cancel_on_disconnect(receive: Receive, cancel: anyio.CancelScope) -> 
         if message["type"] == "http.disconnect":
             cancel.cancel()
             return
-
-
-def _short(session: RelayedSession) -> str:
-    return session.session_id[:8].decode("latin-1")

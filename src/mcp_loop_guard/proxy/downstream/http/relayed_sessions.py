@@ -1,0 +1,161 @@
+"""The upstream sessions an HTTP relay judges: each one's agent, bound to its token, capped, expired, ended.
+
+A session is the server's own (its ``Mcp-Session-Id``). The guard starts judging it when the
+server names it in its answer to ``initialize``, or at its first request when the guard did
+not see it open (a guard started again in another's place: its loop state is in the store).
+A session the guard ends (aborted, evicted, expired) answers 404 from then on, its open
+streams close, and the server is sent a DELETE for it.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections import OrderedDict
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import anyio
+from starlette.types import Send
+
+from mcp_loop_guard.metrics import Metrics
+from mcp_loop_guard.plan import Plan
+from mcp_loop_guard.proxy.downstream.agents import agent_loop, judge_for
+from mcp_loop_guard.proxy.downstream.http.agents import Agents
+from mcp_loop_guard.proxy.downstream.http.middleware import RETRY_AFTER_BUSY, reply, retry_after
+from mcp_loop_guard.proxy.relay.judge import Judge
+from mcp_loop_guard.proxy.relay.tasks import HeldTasks
+from mcp_loop_guard.proxy.upstream.exchange import HttpExchange, UpstreamHttpError
+from mcp_loop_guard.store import StoreError
+
+logger = logging.getLogger(__name__)
+
+CLOSED_KEPT = 4096
+"""Ended session ids remembered, so their requests get 404 at once (the server forgets them too)."""
+END_TIMEOUT = 5.0
+"""Seconds the server gets to take the guard's DELETE of a session the guard ended."""
+
+
+@dataclass(eq=False)
+class RelayedSession:
+    """One upstream session as the guard sees it: its agent, and the requests it has open."""
+
+    session_id: bytes
+    token: str
+    judge: Judge
+    tasks: HeldTasks
+    last_used: float = field(default_factory=time.monotonic)
+    in_flight: int = 0
+    scopes: set[anyio.CancelScope] = field(default_factory=set)
+    """The session's open requests and streams, cancelled when the guard ends the session."""
+    headers: Sequence[tuple[bytes, bytes]] = ()
+    """The MCP headers of its last request (session id, protocol version), for the guard's own requests."""
+
+    @property
+    def short(self) -> str:
+        """The id's first characters, for logs."""
+        return self.session_id[:8].decode("latin-1")
+
+
+class RelayedSessions:
+    """Every session of one relay, least recently used first, at most ``LOOP_GUARD_MAX_SESSIONS``."""
+
+    def __init__(self, plan: Plan, agents: Agents, metrics: Metrics, upstream: HttpExchange) -> None:
+        """Agents are made with ``agents``' store and event log; ended sessions are DELETEd at ``upstream``."""
+        self.plan = plan
+        self.agents = agents
+        self.metrics = metrics
+        self.upstream = upstream
+        self.live: OrderedDict[bytes, RelayedSession] = OrderedDict()
+        self.closed: OrderedDict[bytes, None] = OrderedDict()
+
+    async def lookup(self, session_id: bytes, token: str, send: Send) -> RelayedSession | None:
+        """The session a request names; None when it was answered 404 (ended, or opened with another token)."""
+        if session_id in self.closed:
+            await reply(send, 404, "Session not found")
+            return None
+        session = self.live.get(session_id)
+        if session is None:
+            if not await self.room(send):
+                return None
+            session = await self.open(session_id, token)
+        elif session.token != token:
+            await reply(send, 404, "Session not found")
+            return None
+        self.live.move_to_end(session_id)
+        return session
+
+    async def open(self, session_id: bytes, token: str) -> RelayedSession:
+        """Start judging a session the server opened, with what the store kept of it (a guard restarted)."""
+        existing = self.live.get(session_id)
+        if existing is not None:
+            return existing
+        key = f"session:{token or '-'}/{session_id.decode('latin-1')}"
+        store = self.agents.store
+        state = None
+        if not store.shared:
+            try:
+                state = await store.load(key)
+            except StoreError as error:
+                self.agents.health.failed(error, time.time())
+        existing = self.live.get(session_id)
+        if existing is not None:  # opened by another request meanwhile
+            return existing
+        loop = agent_loop(self.plan, store, self.agents.health, key, state)
+        judge = judge_for(self.plan, loop, label=key, events=self.agents.events, observe=self.agents.observe)
+        session = RelayedSession(session_id, token, judge, HeldTasks(judge))
+        self.live[session_id] = session
+        self.metrics.sessions.inc()
+        return session
+
+    async def room(self, send: Send) -> bool:
+        """Room for one more session: the least recently used idle one ends, or the client gets 503."""
+        if len(self.live) < self.plan.settings.max_sessions:
+            return True
+        idle = next((s for s in self.live.values() if s.in_flight == 0), None)
+        if idle is None:
+            await reply(
+                send, 503, "Service Unavailable: too many sessions; try again later", retry_after(RETRY_AFTER_BUSY)
+            )
+            return False
+        logger.info("session limit reached: closing the least recently used idle session %s", idle.short)
+        await self.end(idle)
+        return True
+
+    async def expire(self, idle: float) -> None:
+        """End the sessions unused for ``idle`` seconds with nothing in flight."""
+        cutoff = time.monotonic() - idle
+        for session in list(self.live.values()):
+            if session.last_used < cutoff and session.in_flight == 0:
+                logger.info("session %s expired after %.0fs idle", session.short, idle)
+                await self.end(session)
+
+    def forget(self, session: RelayedSession) -> None:
+        """The session is over for the server too (it answered 404, or the client deleted it)."""
+        if self.live.pop(session.session_id, None) is not None:
+            self.metrics.sessions.dec()
+
+    def retire(self, session: RelayedSession) -> None:
+        """Stop serving a session: its id answers 404 from now on and its open streams close."""
+        self.forget(session)
+        self.closed[session.session_id] = None
+        while len(self.closed) > CLOSED_KEPT:
+            self.closed.popitem(last=False)
+        for cancel in list(session.scopes):
+            cancel.cancel()
+
+    async def end(self, session: RelayedSession) -> None:
+        """Retire a session and tell the server."""
+        self.retire(session)
+        await self.tell_upstream_ended(session)
+
+    async def tell_upstream_ended(self, session: RelayedSession) -> None:
+        """DELETE the session upstream, so the server frees it too (best effort, bounded)."""
+        if not session.headers:
+            return
+        with anyio.move_on_after(END_TIMEOUT):
+            try:
+                async with self.upstream.send("DELETE", session.headers):
+                    pass
+            except UpstreamHttpError as error:
+                logger.debug("could not end session %s upstream: %s", session.short, error)

@@ -1,0 +1,139 @@
+"""Answers of the HTTP relay written to the client, and the upstream's answers read within bounds."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import anyio
+import httpx2
+from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS
+from starlette.types import Send
+
+from mcp_loop_guard import codec
+from mcp_loop_guard.proxy.relay.tools import ToolFacts
+from mcp_loop_guard.proxy.upstream.exchange import HttpExchange, UpstreamHttpError, forwarded_response_headers
+from mcp_loop_guard.proxy.wire import messages as wire
+from mcp_loop_guard.proxy.wire import sse
+from mcp_loop_guard.proxy.wire.messages import Message
+
+__all__ = ["EVENTS", "JSON", "Headers", "is_modern", "json_reply", "read_answer", "read_bounded", "relay_plain"]
+
+Headers = Sequence[tuple[bytes, bytes]]
+JSON = b"application/json"
+EVENTS = b"text/event-stream"
+_LIST_CHANGED = b"notifications/tools/list_changed"
+
+
+def is_modern(headers: Headers) -> bool:
+    """A 2026-07-28 request (its protocol version header names no handshake-era version)."""
+    version = next((value for key, value in headers if key == b"mcp-protocol-version"), None)
+    return version is not None and version.decode("latin-1") not in HANDSHAKE_PROTOCOL_VERSIONS
+
+
+async def json_reply(send: Send, status: int, message: Message, headers: Headers = ()) -> None:
+    """One message as the whole response."""
+    body = message.raw if message.raw is not None else codec.dumps(message.body)
+    kept = [(key, value) for key, value in headers if key not in (b"content-length", b"content-type")]
+    await send(
+        {
+            "type": "http.response.start",
+            "status": status,
+            "headers": [(b"content-type", JSON), (b"content-length", str(len(body)).encode()), *kept],
+        }
+    )
+    await send({"type": "http.response.body", "body": body, "more_body": False})
+
+
+async def relay_plain(upstream: HttpExchange, facts: ToolFacts, method: str, headers: Headers, send: Send) -> None:
+    """A request relayed as it is, its answer streamed back as it comes (a GET event stream, a DELETE).
+
+    A tools/list_changed seen passing makes the guard learn the tools' annotations again.
+    """
+    started = False
+    try:
+        async with upstream.send(method, headers) as response:
+            await send(
+                {
+                    "type": "http.response.start",
+                    "status": response.status_code,
+                    "headers": forwarded_response_headers(response.headers),
+                }
+            )
+            started = True
+            async for chunk in response.aiter_raw():
+                if _LIST_CHANGED in chunk:
+                    facts.forget()
+                await send({"type": "http.response.body", "body": chunk, "more_body": True})
+    except UpstreamHttpError as error:
+        if not started:
+            await json_reply(send, 502, wire.error(None, wire.INTERNAL_ERROR, str(error)))
+    finally:
+        if started:
+            with anyio.CancelScope(shield=True):
+                await send({"type": "http.response.body", "body": b"", "more_body": False})
+
+
+async def read_bounded(response: httpx2.Response, limit: int) -> bytes | None:
+    """The whole body, or None once it grows over ``limit`` bytes (the rest is left unread)."""
+    chunks: list[bytes] = []
+    size = 0
+    async for chunk in response.aiter_raw():
+        size += len(chunk)
+        if size > limit:
+            return None
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+async def read_answer(response: httpx2.Response, ident: str, limit: int) -> dict[str, Any] | None:
+    """The body of the response to ``ident`` in a JSON body or an event stream; None when there is none."""
+    if not response.is_success:
+        return None
+    content_type = response.headers.get("content-type", "").encode("latin-1").lower()
+    if content_type.startswith(JSON):
+        raw = await read_bounded(response, limit)
+        parsed = wire.parse(raw) if raw is not None else None
+        return parsed.body if isinstance(parsed, Message) and parsed.id == ident else None
+    splitter = sse.EventSplitter(limit)
+    async for chunk in response.aiter_raw():
+        for event in splitter.feed(chunk):
+            data = sse.data_of(event)
+            parsed = wire.parse(data) if data is not None else None
+            if isinstance(parsed, Message) and parsed.is_response and parsed.id == ident:
+                return parsed.body
+    return None
+
+
+async def learn_tools(
+    upstream: HttpExchange, headers: Headers, envelope: dict[str, Any], facts: ToolFacts, limit: int
+) -> None:
+    """List the upstream's tools with a request of the guard's own, for their annotations (up to 20 pages).
+
+    ``headers``: the session's MCP headers; ``envelope``: a 2026-07-28 request's ``_meta``
+    envelope, so an upstream of that era answers the guard as it answers the client.
+
+    Raises:
+        UpstreamHttpError: the upstream cannot be reached.
+        ValueError: an event over ``limit`` bytes.
+    """
+    cursor: object = None
+    for page in range(20):
+        ident = wire.own_request_id()
+        params: dict[str, Any] = {"cursor": cursor} if cursor else {}
+        if envelope:
+            params["_meta"] = envelope
+        body: dict[str, Any] = {"jsonrpc": "2.0", "id": ident, "method": "tools/list"}
+        if params:
+            body["params"] = params
+        sent = [*headers, (b"accept", JSON + b", " + EVENTS), (b"content-type", JSON)]
+        async with upstream.send("POST", sent, codec.dumps(body)) as response:
+            answer = await read_answer(response, ident, limit)
+        result = (answer or {}).get("result")
+        if not isinstance(result, dict):
+            facts.listed = True  # nothing to learn from this server (no tools, or no answer)
+            return
+        facts.note(result.get("tools") or [], first_page=page == 0)
+        cursor = result.get("nextCursor")
+        if not cursor:
+            return
