@@ -12,7 +12,6 @@ import math
 from typing import TYPE_CHECKING, Any
 
 import anyio
-import httpx2
 from starlette.types import Scope, Send
 
 from mcp_loop_guard import codec
@@ -31,7 +30,7 @@ from mcp_loop_guard.proxy.relay.judge import Judge, Pending, Refusal
 from mcp_loop_guard.proxy.relay.tasks import created_task
 from mcp_loop_guard.proxy.relay.tool_list import RESERVED_META
 from mcp_loop_guard.proxy.relay.verdicts import SERVER_INFO, complete, failed
-from mcp_loop_guard.proxy.upstream.exchange import UpstreamHttpError, forwarded_response_headers
+from mcp_loop_guard.proxy.upstream.exchange import Response, UpstreamHttpError, forwarded_response_headers
 from mcp_loop_guard.proxy.wire import messages as wire
 from mcp_loop_guard.proxy.wire import sse
 from mcp_loop_guard.proxy.wire.messages import Message
@@ -142,17 +141,17 @@ class Exchange:
         else:  # the guard ended the session under the request (aborted by another call, or evicted)
             await self._fail("the session was ended by the loop guard; the request was cancelled", "ended")
 
-    async def _note_session(self, response: httpx2.Response) -> None:
+    async def _note_session(self, response: Response) -> None:
         """An initialize answered with a session id opens a session; every request keeps its MCP headers."""
-        given = response.headers.get("mcp-session-id")
+        given = response.header(b"mcp-session-id")
         if self.method == "initialize" and given and response.is_success and not self.relay.keyed_only:
-            self.session = await self.relay.sessions.open(given.encode("latin-1"), self.token)
+            self.session = await self.relay.sessions.open(given, self.token)
         if self.session is not None:
             kept = [(key, value) for key, value in self.headers if key in _KEPT and key != b"mcp-session-id"]
             self.session.headers = [(b"mcp-session-id", self.session.session_id), *kept]
 
-    async def _answer(self, response: httpx2.Response) -> None:
-        content_type = response.headers.get("content-type", "").encode("latin-1").lower()
+    async def _answer(self, response: Response) -> None:
+        content_type = (response.header(b"content-type") or b"").lower()
         if response.status_code == 404 and self.session is not None:
             self.relay.sessions.forget(self.session)  # the server ended the session
         if not self._looks() or not response.is_success:
@@ -181,10 +180,10 @@ class Exchange:
         """The id of the client's request."""
         return self.message.id if self.message is not None else None
 
-    async def _events(self, response: httpx2.Response) -> None:
+    async def _events(self, response: Response) -> None:
         await self._start(response)
         splitter = sse.EventSplitter(self.relay.settings.max_message_bytes)
-        async for chunk in response.aiter_raw():
+        async for chunk in response.chunks():
             self._progressed()
             out: list[bytes] = []
             try:
@@ -284,7 +283,7 @@ class Exchange:
 
     # --- writing -----------------------------------------------------------------------------
 
-    async def _start(self, response: httpx2.Response, body: bytes | None = None) -> None:
+    async def _start(self, response: Response, body: bytes | None = None) -> None:
         headers = forwarded_response_headers(response.headers)
         if body is not None:
             headers.append((b"content-length", str(len(body)).encode()))
@@ -293,9 +292,9 @@ class Exchange:
         if body is not None:
             await self.send({"type": "http.response.body", "body": body, "more_body": False})
 
-    async def _plain(self, response: httpx2.Response) -> None:
+    async def _plain(self, response: Response) -> None:
         await self._start(response)
-        async for chunk in response.aiter_raw():
+        async for chunk in response.chunks():
             self._progressed()
             await self.send({"type": "http.response.body", "body": chunk, "more_body": True})
         await self.send({"type": "http.response.body", "body": b"", "more_body": False})

@@ -6,13 +6,12 @@ from collections.abc import Sequence
 from typing import Any
 
 import anyio
-import httpx2
 from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS
 from starlette.types import Send
 
 from mcp_loop_guard import codec
 from mcp_loop_guard.proxy.relay.tools import ToolFacts
-from mcp_loop_guard.proxy.upstream.exchange import HttpExchange, UpstreamHttpError, forwarded_response_headers
+from mcp_loop_guard.proxy.upstream.exchange import HttpExchange, Response, UpstreamHttpError, forwarded_response_headers
 from mcp_loop_guard.proxy.wire import messages as wire
 from mcp_loop_guard.proxy.wire import sse
 from mcp_loop_guard.proxy.wire.messages import Message
@@ -61,7 +60,7 @@ async def relay_plain(upstream: HttpExchange, facts: ToolFacts, method: str, hea
                 }
             )
             started = True
-            async for chunk in response.aiter_raw():
+            async for chunk in response.chunks():
                 if _LIST_CHANGED in chunk:
                     facts.forget()
                 await send({"type": "http.response.body", "body": chunk, "more_body": True})
@@ -74,11 +73,11 @@ async def relay_plain(upstream: HttpExchange, facts: ToolFacts, method: str, hea
                 await send({"type": "http.response.body", "body": b"", "more_body": False})
 
 
-async def read_bounded(response: httpx2.Response, limit: int) -> bytes | None:
+async def read_bounded(response: Response, limit: int) -> bytes | None:
     """The whole body, or None once it grows over ``limit`` bytes (the rest is left unread)."""
     chunks: list[bytes] = []
     size = 0
-    async for chunk in response.aiter_raw():
+    async for chunk in response.chunks():
         size += len(chunk)
         if size > limit:
             return None
@@ -86,17 +85,17 @@ async def read_bounded(response: httpx2.Response, limit: int) -> bytes | None:
     return b"".join(chunks)
 
 
-async def read_answer(response: httpx2.Response, ident: str, limit: int) -> dict[str, Any] | None:
+async def read_answer(response: Response, ident: str, limit: int) -> dict[str, Any] | None:
     """The body of the response to ``ident`` in a JSON body or an event stream; None when there is none."""
     if not response.is_success:
         return None
-    content_type = response.headers.get("content-type", "").encode("latin-1").lower()
+    content_type = (response.header(b"content-type") or b"").lower()
     if content_type.startswith(JSON):
         raw = await read_bounded(response, limit)
         parsed = wire.parse(raw) if raw is not None else None
         return parsed.body if isinstance(parsed, Message) and parsed.id == ident else None
     splitter = sse.EventSplitter(limit)
-    async for chunk in response.aiter_raw():
+    async for chunk in response.chunks():
         for event in splitter.feed(chunk):
             data = sse.data_of(event)
             parsed = wire.parse(data) if data is not None else None
