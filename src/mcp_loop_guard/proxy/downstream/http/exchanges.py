@@ -144,7 +144,7 @@ class Exchange:
     async def _note_session(self, response: Response) -> None:
         """An initialize answered with a session id opens a session; every request keeps its MCP headers."""
         given = response.header(b"mcp-session-id")
-        if self.method == "initialize" and given and response.is_success and not self.relay.keyed_only:
+        if self.method == "initialize" and given and response.is_success:
             self.session = await self.relay.sessions.open(given, self.token)
         if self.session is not None:
             kept = [(key, value) for key, value in self.headers if key in _KEPT and key != b"mcp-session-id"]

@@ -60,8 +60,6 @@ class HttpRelay:
         self.upstream = HttpExchange(spec)
         self.facts = ToolFacts()
         self.sessions = RelayedSessions(plan, agents, metrics, self.upstream)
-        self.keyed_only = plan.settings.stateless
-        """``--stateless``: every request is judged by the agent its key names, whatever session it is in."""
         self.server_info: object = None
         """The upstream's 2026-07-28 ``serverInfo``, stamped on the results the guard writes in that era."""
         self._tg: anyio.abc.TaskGroup | None = None
@@ -134,7 +132,7 @@ class HttpRelay:
             await json_reply(send, 400, refusal)
             return
         token = token_of(scope)
-        session_id = None if self.keyed_only else header(scope, SESSION)
+        session_id = header(scope, SESSION)
         session: RelayedSession | None = None
         if session_id is not None:
             session = await self.sessions.lookup(session_id, token, send)
@@ -172,7 +170,7 @@ class HttpRelay:
 
     async def _other(self, method: str, scope: Scope, receive: Receive, send: Send) -> None:
         """A GET event stream or a DELETE: relayed as they are, within the session's life."""
-        session_id = None if self.keyed_only else header(scope, SESSION)
+        session_id = header(scope, SESSION)
         session = await self.sessions.lookup(session_id, token_of(scope), send) if session_id is not None else None
         if session_id is not None and session is None:
             return
