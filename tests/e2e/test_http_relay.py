@@ -349,3 +349,14 @@ async def test_a_guard_started_again_serves_the_open_sessions_with_their_loop_st
     verdicts = [payload_verdict(payload_for(response, 1)) for response in [*before, *after]]
     assert verdicts == [None, None, "warn", "warn", "block"]
     assert len(counted_calls(tmp_path / "calls.jsonl", "echo")) == 4
+
+
+async def test_a_2026_client_in_front_of_a_handshake_era_server_is_translated(rig: Rig) -> None:
+    """server-everything speaks only the handshake era: a 2026-07-28 client gets through the guard's SDK path."""
+    async with everything_url(rig, "guarded") as (url, _), Client(url, mode="2026-07-28") as client:
+        with anyio.fail_after(30):
+            answers = [await client.call_tool("echo", {"message": "same"}) for _ in range(5)]
+        version = client.protocol_version
+    assert version == "2026-07-28"
+    assert texts(answers[0]) == ["Echo: same"]
+    assert [action(answer) for answer in answers] == [None, None, "warn", "warn", "block"]

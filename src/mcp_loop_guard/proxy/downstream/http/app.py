@@ -32,6 +32,7 @@ from mcp_loop_guard.proxy.downstream.http.agents import Agents
 from mcp_loop_guard.proxy.downstream.http.middleware import AuthGuard, BodyGuard, HostGuard, security_settings
 from mcp_loop_guard.proxy.downstream.http.protocol import OnceInAWhile, protocol_class, raise_open_file_limit
 from mcp_loop_guard.proxy.downstream.http.relayed import HttpRelay
+from mcp_loop_guard.proxy.downstream.http.sessionless import Sessionless
 from mcp_loop_guard.proxy.downstream.http.sessions import GuardSessions
 from mcp_loop_guard.proxy.downstream.sessions import SessionFactory
 from mcp_loop_guard.proxy.relay.session_server import STOPPING
@@ -230,7 +231,8 @@ async def _serve(plan: Plan, stop: _Stop) -> None:
         sessions: GuardSessions | HttpRelay
         relayed = relayed_upstream(plan)
         if relayed is not None:
-            sessions = HttpRelay(plan, relayed, agents=agents, metrics=metrics)
+            translating = Sessionless(plan, factory=factory, agents=agents, security=security_settings(settings))
+            sessions = HttpRelay(plan, relayed, agents=agents, metrics=metrics, translating=translating)
             reconfigure = sessions.reconfigure
         else:
             sessions = GuardSessions(

@@ -34,24 +34,34 @@ from mcp_loop_guard.proxy.downstream.http.agents import Agents, BusyError, Keyed
 from mcp_loop_guard.proxy.downstream.http.exchanges import Exchange
 from mcp_loop_guard.proxy.downstream.http.middleware import RETRY_AFTER_BUSY, header, reply, retry_after, token_of
 from mcp_loop_guard.proxy.downstream.http.relayed_sessions import RelayedSession, RelayedSessions
-from mcp_loop_guard.proxy.downstream.http.replies import json_reply, relay_plain
+from mcp_loop_guard.proxy.downstream.http.replies import is_modern, json_reply, relay_plain, speaks_modern
+from mcp_loop_guard.proxy.downstream.http.sessionless import Sessionless
 from mcp_loop_guard.proxy.relay.judge import Judge
 from mcp_loop_guard.proxy.relay.session_server import STOPPING
 from mcp_loop_guard.proxy.relay.tools import ToolFacts
-from mcp_loop_guard.proxy.upstream.exchange import HttpExchange
+from mcp_loop_guard.proxy.upstream.exchange import HttpExchange, UpstreamHttpError
 from mcp_loop_guard.proxy.wire import messages as wire
 from mcp_loop_guard.proxy.wire.messages import BadLine, Message
 
 logger = logging.getLogger(__name__)
 
 SESSION = b"mcp-session-id"
+VERSION = b"mcp-protocol-version"
+MODERN_PROBE_TIMEOUT = 10.0
+"""Seconds the server may take to say whether it speaks 2026-07-28."""
 
 
 class HttpRelay:
     """Every client of one HTTP guard in front of one streamable HTTP upstream."""
 
-    def __init__(self, plan: Plan, spec: HttpServer, *, agents: Agents, metrics: Metrics) -> None:
-        """Sessions' agents are judged through ``agents``' store; keyless requests through ``agents`` itself."""
+    def __init__(
+        self, plan: Plan, spec: HttpServer, *, agents: Agents, metrics: Metrics, translating: Sessionless
+    ) -> None:
+        """Sessions' agents are judged through ``agents``' store; keyless requests through ``agents`` itself.
+
+        ``translating`` serves 2026-07-28 requests when the server speaks only the handshake
+        era: through the SDK, which speaks each side's era.
+        """
         self.plan = plan
         self.settings = plan.settings
         self.spec = spec
@@ -60,6 +70,9 @@ class HttpRelay:
         self.upstream = HttpExchange(spec)
         self.facts = ToolFacts()
         self.sessions = RelayedSessions(plan, agents, metrics, self.upstream)
+        self.translating = translating
+        self.modern: bool | None = None
+        """Whether the server answers 2026-07-28 requests itself; None until it could be asked."""
         self.server_info: object = None
         """The upstream's 2026-07-28 ``serverInfo``, stamped on the results the guard writes in that era."""
         self._tg: anyio.abc.TaskGroup | None = None
@@ -73,6 +86,7 @@ class HttpRelay:
             async with anyio.create_task_group() as tg:
                 self._tg = tg
                 tg.start_soon(self._expire)
+                await self.translating.start(tg)
                 try:
                     yield
                 finally:
@@ -89,6 +103,22 @@ class HttpRelay:
             await anyio.sleep(min(idle, 30.0))
             await self.sessions.expire(idle)
             self.agents.expire(idle)
+
+    async def _speaks_modern(self) -> bool:
+        """Whether 2026-07-28 requests can be relayed as they are: asked of the server once it answers."""
+        if self.modern is None:
+            try:
+                with anyio.fail_after(MODERN_PROBE_TIMEOUT):
+                    self.modern = await speaks_modern(self.upstream, self.settings.max_message_bytes)
+            except (UpstreamHttpError, TimeoutError) as error:
+                logger.debug("could not ask the upstream which protocol eras it speaks: %s", error)
+                return False
+            logger.info(
+                "upstream %r %s",
+                self.spec.name,
+                "speaks 2026-07-28" if self.modern else "speaks the handshake era only",
+            )
+        return self.modern
 
     async def reconfigure(self, servers: Sequence[ServerSpec]) -> str | None:
         """A config reload: the same server with other rules or headers applies at once; another needs a restart."""
@@ -115,6 +145,13 @@ class HttpRelay:
 
     async def handle_mcp(self, scope: Scope, receive: Receive, send: Send) -> None:
         """One request to ``/mcp``."""
+        if is_modern(scope["headers"]) and not await self._speaks_modern():
+            version = header(scope, VERSION)
+            headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
+            await self.translating.serve(
+                scope, receive, send, headers, version.decode("latin-1") if version else None, modern=True
+            )
+            return
         method = scope["method"]
         if method == "POST":
             await self._post(scope, receive, send)

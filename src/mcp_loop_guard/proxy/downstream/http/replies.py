@@ -6,17 +6,29 @@ from collections.abc import Sequence
 from typing import Any
 
 import anyio
-from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS
+import mcp_types as types
+from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS, MODERN_PROTOCOL_VERSIONS
 from starlette.types import Send
 
-from mcp_loop_guard import codec
+from mcp_loop_guard import __version__, codec
 from mcp_loop_guard.proxy.relay.tools import ToolFacts
 from mcp_loop_guard.proxy.upstream.exchange import HttpExchange, Response, UpstreamHttpError, forwarded_response_headers
 from mcp_loop_guard.proxy.wire import messages as wire
 from mcp_loop_guard.proxy.wire import sse
 from mcp_loop_guard.proxy.wire.messages import Message
 
-__all__ = ["EVENTS", "JSON", "Headers", "is_modern", "json_reply", "read_answer", "read_bounded", "relay_plain"]
+__all__ = [
+    "EVENTS",
+    "JSON",
+    "Headers",
+    "is_modern",
+    "json_reply",
+    "learn_tools",
+    "read_answer",
+    "read_bounded",
+    "relay_plain",
+    "speaks_modern",
+]
 
 Headers = Sequence[tuple[bytes, bytes]]
 JSON = b"application/json"
@@ -102,6 +114,35 @@ async def read_answer(response: Response, ident: str, limit: int) -> dict[str, A
             if isinstance(parsed, Message) and parsed.is_response and parsed.id == ident:
                 return parsed.body
     return None
+
+
+async def speaks_modern(upstream: HttpExchange, limit: int) -> bool:
+    """Whether the upstream answers 2026-07-28 requests (``server/discover``), asked with a request of the guard's own.
+
+    Raises:
+        UpstreamHttpError: the upstream cannot be reached (so nothing is known yet).
+    """
+    version = MODERN_PROTOCOL_VERSIONS[0]
+    ident = wire.own_request_id()
+    meta = {
+        types.PROTOCOL_VERSION_META_KEY: version,
+        types.CLIENT_INFO_META_KEY: {"name": "mcp-loop-guard", "version": __version__},
+        types.CLIENT_CAPABILITIES_META_KEY: {},
+    }
+    body = {"jsonrpc": "2.0", "id": ident, "method": "server/discover", "params": {"_meta": meta}}
+    headers = [
+        (b"mcp-protocol-version", version.encode()),
+        (b"mcp-method", b"server/discover"),
+        (b"accept", JSON + b", " + EVENTS),
+        (b"content-type", JSON),
+    ]
+    try:
+        async with upstream.send("POST", headers, codec.dumps(body)) as response:
+            answer = await read_answer(response, ident, limit)
+    except ValueError:
+        return False
+    result = (answer or {}).get("result")
+    return isinstance(result, dict) and version in (result.get("supportedVersions") or ())
 
 
 async def learn_tools(
