@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs the test dependencies and runs the whole test suite: lint, format check,
-# type check, then pytest (unit and end-to-end). Extra arguments go to pytest.
+# type check, then pytest (unit and end-to-end) in three worker processes (PYTEST_WORKERS=N
+# for another number, 0 for none). Extra arguments go to pytest.
 #
 # Needs Python 3.11+ (as python3, or set PYTHON) and Node.js with npm. Creates
 # .venv in the repository if missing, installs the package with its `test` extra
@@ -58,4 +59,5 @@ echo "== ruff format --check"
 echo "== mypy"
 .venv/bin/mypy
 echo "== pytest"
-exec .venv/bin/pytest "$@"
+# Most tests wait on real processes starting and answering: three workers keep two cores busy.
+exec .venv/bin/pytest -n "${PYTEST_WORKERS:-3}" "$@"
