@@ -9,13 +9,16 @@ from __future__ import annotations
 
 import logging
 import math
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import anyio
 from starlette.types import Scope, Send
 
 from mcp_loop_guard import codec
+from mcp_loop_guard.config import HttpServer
+from mcp_loop_guard.plan import Plan
 from mcp_loop_guard.proxy.downstream.http.middleware import token_of
+from mcp_loop_guard.proxy.downstream.http.relayed_sessions import RelayedSession, RelayedSessions
 from mcp_loop_guard.proxy.downstream.http.replies import (
     EVENTS,
     JSON,
@@ -29,15 +32,42 @@ from mcp_loop_guard.proxy.relay.calls import WRONG_SHAPE, bad_call, begin_call, 
 from mcp_loop_guard.proxy.relay.judge import Judge, Pending, Refusal
 from mcp_loop_guard.proxy.relay.tasks import created_task
 from mcp_loop_guard.proxy.relay.tool_list import RESERVED_META
+from mcp_loop_guard.proxy.relay.tools import ToolFacts
 from mcp_loop_guard.proxy.relay.verdicts import SERVER_INFO, complete, failed
-from mcp_loop_guard.proxy.upstream.exchange import Response, UpstreamHttpError, forwarded_response_headers
+from mcp_loop_guard.proxy.upstream.exchange import HttpExchange, Response, UpstreamHttpError, forwarded_response_headers
 from mcp_loop_guard.proxy.wire import messages as wire
 from mcp_loop_guard.proxy.wire import sse
 from mcp_loop_guard.proxy.wire.messages import Message
+from mcp_loop_guard.settings import Settings
 
-if TYPE_CHECKING:
-    from mcp_loop_guard.proxy.downstream.http.relayed import HttpRelay
-    from mcp_loop_guard.proxy.downstream.http.relayed_sessions import RelayedSession
+
+class Relaying(Protocol):
+    """What one request needs of the relay it crosses (:class:`~.relayed.HttpRelay`)."""
+
+    plan: Plan
+    settings: Settings
+    spec: HttpServer
+    upstream: HttpExchange
+    facts: ToolFacts
+    sessions: RelayedSessions
+    server_info: object
+
+    def aborted(self, session: RelayedSession | None, tool: str) -> None:
+        """An aborting refusal went out: end the session."""
+        ...
+
+    def register_stop(self, cancel: anyio.CancelScope) -> None:
+        """Cancel ``cancel`` when the guard starts shutting down."""
+        ...
+
+    def unregister_stop(self, cancel: anyio.CancelScope) -> None:
+        """``cancel`` is done."""
+        ...
+
+    def stopping(self) -> bool:
+        """The guard is shutting down."""
+        ...
+
 
 logger = logging.getLogger(__name__)
 
@@ -51,7 +81,7 @@ class Exchange:
 
     def __init__(  # noqa: PLR0917 - what one request carries
         self,
-        relay: HttpRelay,
+        relay: Relaying,
         scope: Scope,
         send: Send,
         body: bytes,
