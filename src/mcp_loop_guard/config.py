@@ -73,7 +73,7 @@ class StdioServer:
     """Variables set in the child's environment."""
     cwd: str | None = None
     policy: Mapping[str, Any] = field(default_factory=lambda: _NO_VALUES)
-    """Per-server loop rules, for :meth:`Settings.policy_for <mcp_loop_guard.settings.Settings.policy_for>`."""
+    """Per-server loop rules, for :func:`mcp_loop_guard.policies.policy_for`."""
     call_timeout: float | None = None
     """Seconds a request may go without an answer or progress (``callTimeoutSeconds``); None: the global one."""
     display: str = field(default="", compare=False)

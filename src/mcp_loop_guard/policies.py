@@ -21,7 +21,7 @@ from mcp_loop_guard.budgets import BudgetSpec, budgets_of, parse_budgets
 from mcp_loop_guard.core import Mode, Policy, ScrubRules
 from mcp_loop_guard.core.budget import Budget
 from mcp_loop_guard.core.scrub import PRESETS
-from mcp_loop_guard.settings import FileSettings, SettingsError, split_list
+from mcp_loop_guard.settings import FileSettings, Settings, SettingsError, split_list
 
 __all__ = ["PER_SERVER", "PolicySpec", "PolicyTable", "Rules", "ToolSpec", "overridden", "server_budgets"]
 
@@ -256,3 +256,12 @@ class Rules:
     def mode(self) -> Mode:
         """The session's mode."""
         return self.table.mode
+
+
+def policy_for(settings: Settings, overrides: Mapping[str, Any], *, prefix: str = "") -> Policy:
+    """The session policy of ``settings`` with one server's overrides applied (see :func:`overridden`).
+
+    Raises:
+        SettingsError: an unknown key, a bad value, or a warn threshold not below block.
+    """
+    return overridden(settings.to_policy(), overrides, prefix=prefix, session_ignores=settings.ignore_tools)

@@ -423,16 +423,6 @@ class Settings(BaseSettings):
             named.setdefault("default", self.auth_token.get_secret_value())
         return named
 
-    def policy_for(self, overrides: Mapping[str, Any], *, prefix: str = "") -> Policy:
-        """The session policy with one server's overrides applied (see :func:`mcp_loop_guard.policies.overridden`).
-
-        Raises:
-            SettingsError: an unknown key, a bad value, or a warn threshold not below block.
-        """
-        from mcp_loop_guard.policies import overridden  # noqa: PLC0415 - policies builds on this module
-
-        return overridden(self.to_policy(), overrides, prefix=prefix, session_ignores=self.ignore_tools)
-
 
 RULE_SETTINGS = frozenset(
     {

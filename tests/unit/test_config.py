@@ -23,6 +23,7 @@ from mcp_loop_guard.config import (
     url_config,
 )
 from mcp_loop_guard.core import Policy
+from mcp_loop_guard.policies import policy_for
 from mcp_loop_guard.settings import SettingsError, load_settings
 
 CONFIGS = Path(__file__).parents[2] / "configs"
@@ -179,7 +180,7 @@ def test_a_bad_loop_guard_value_is_reported_with_the_file_key(write: Any) -> Non
 
 
 def test_per_server_overrides_build_that_servers_policy(write: Any) -> None:
-    """A server's loopGuard (either spelling) is validated at load and applied by Settings.policy_for."""
+    """A server's loopGuard (either spelling) is validated at load and applied by policy_for."""
     path = write(
         servers(
             git={"command": "git-server", "loopGuard": {"warnThreshold": 2, "blockThreshold": 3}},
@@ -191,9 +192,9 @@ def test_per_server_overrides_build_that_servers_policy(write: Any) -> None:
     assert git.policy == {"warn_threshold": 2, "block_threshold": 3}
     assert web.policy == {"ignore_tools": ("fetch", "get_*"), "ignore_errors": True}
     settings = load_settings()
-    assert settings.policy_for(git.policy) == Policy(warn_threshold=2, block_threshold=3)
-    assert settings.policy_for(web.policy, prefix="web__").ignore_tools == ("web__fetch", "web__get_*")
-    assert not settings.policy_for(raw.policy).active
+    assert policy_for(settings, git.policy) == Policy(warn_threshold=2, block_threshold=3)
+    assert policy_for(settings, web.policy, prefix="web__").ignore_tools == ("web__fetch", "web__get_*")
+    assert not policy_for(settings, raw.policy).active
 
 
 def test_a_server_override_that_crosses_thresholds_names_its_key(write: Any) -> None:
@@ -201,7 +202,7 @@ def test_a_server_override_that_crosses_thresholds_names_its_key(write: Any) -> 
     path = write(servers(git={"command": "g", "loopGuard": {"blockThreshold": 2}}))
     (git,) = load_config(path).servers
     with pytest.raises(SettingsError, match=f"mcpServers.git.loopGuard.blockThreshold in {path}: warn threshold"):
-        load_settings().policy_for(git.policy)
+        policy_for(load_settings(), git.policy)
 
 
 @pytest.mark.parametrize(
@@ -377,7 +378,7 @@ def test_every_example_guard_config_loads(monkeypatch: pytest.MonkeyPatch) -> No
         assert config.servers, name
         load_settings(config.settings)
         for server in config.servers:
-            load_settings().policy_for(server.policy, prefix=f"{server.name}__")
+            policy_for(load_settings(), server.policy, prefix=f"{server.name}__")
     assert loaded["mcp.json"].servers == (
         StdioServer("time", "mcp-server-time", ("--local-timezone", "UTC")),
         HttpServer("everything", "http://everything:3001/mcp", "http"),

@@ -11,6 +11,7 @@ from pydantic import SecretStr
 from pydantic.alias_generators import to_camel
 
 from mcp_loop_guard.core import Policy
+from mcp_loop_guard.policies import policy_for
 from mcp_loop_guard.settings import FileSettings, Settings, SettingsError, load_settings, setting_fields
 
 
@@ -307,19 +308,19 @@ def test_a_file_with_an_unknown_setting_is_rejected() -> None:
 def test_policy_for_applies_a_servers_overrides() -> None:
     """Thresholds, enabled and ignore_errors replace the session's; camelCase and snake_case both work."""
     settings = load_settings(warn_threshold="2")
-    policy = settings.policy_for({"blockThreshold": 3, "ignore_errors": True, "enabled": False})
+    policy = policy_for(settings, {"blockThreshold": 3, "ignore_errors": True, "enabled": False})
     assert policy == Policy(warn_threshold=2, block_threshold=3, ignore_errors=True, enabled=False)
-    assert settings.policy_for({}) == settings.to_policy()
+    assert policy_for(settings, {}) == settings.to_policy()
 
 
 def test_policy_for_adds_the_servers_ignore_list_with_its_prefix() -> None:
     """A server's ignoreTools name its own tools; they join the session's list, prefixed."""
     settings = load_settings(ignore_tools="todo")
-    policy = settings.policy_for({"ignoreTools": "search, get_*"}, prefix="web__")
+    policy = policy_for(settings, {"ignoreTools": "search, get_*"}, prefix="web__")
     assert policy.ignore_tools == ("todo", "web__search", "web__get_*")
     assert policy.ignores("web__get_page")
     assert not policy.ignores("docs__search")
-    assert settings.policy_for({"ignore_tools": ["search"]}).ignore_tools == ("todo", "search")
+    assert policy_for(settings, {"ignore_tools": ["search"]}).ignore_tools == ("todo", "search")
 
 
 @pytest.mark.parametrize(
@@ -333,14 +334,14 @@ def test_policy_for_adds_the_servers_ignore_list_with_its_prefix() -> None:
 def test_policy_for_rejects_bad_overrides_naming_the_key(overrides: dict[str, Any], expected: str) -> None:
     """Unknown keys, session-wide keys and bad values are SettingsErrors naming the key."""
     with pytest.raises(SettingsError, match=expected):
-        load_settings().policy_for(overrides)
+        policy_for(load_settings(), overrides)
 
 
 def test_policy_for_rejects_a_server_warn_not_below_block() -> None:
     """A server whose thresholds cross is a start-up error naming where they were written."""
     where = {"block_threshold": "mcpServers.git.loopGuard.blockThreshold"}
     with pytest.raises(SettingsError) as caught:
-        load_settings().policy_for(FileSettings({"block_threshold": 3}, where, FILE))
+        policy_for(load_settings(), FileSettings({"block_threshold": 3}, where, FILE))
     message = str(caught.value)
     assert f"mcpServers.git.loopGuard.blockThreshold in {FILE}" in message
     assert "warn threshold (3) must be below block threshold (3)" in message
@@ -348,7 +349,7 @@ def test_policy_for_rejects_a_server_warn_not_below_block() -> None:
 
 def test_policy_for_keeps_a_session_misconfiguration_soft() -> None:
     """Without threshold overrides, a session with warn >= block stays self-disabled, not an error."""
-    policy = load_settings(warn_threshold="5").policy_for({"ignoreErrors": True})
+    policy = policy_for(load_settings(warn_threshold="5"), {"ignoreErrors": True})
     assert policy.misconfiguration is not None
 
 
