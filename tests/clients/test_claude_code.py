@@ -7,8 +7,10 @@ runs show whether a loop stays stopped across the restarts a real client makes.
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 
+import anyio
 import pytest
 
 from tests.clients.claude_code import ClaudeCode, ClaudeRun
@@ -117,3 +119,45 @@ async def test_server_lifecycle_under_claude_code(claude_code: ClaudeCode, tmp_p
     assert seen[2] == SeenResult(("still here",), is_error=False), context
     # At its own exit, for a "type": "stdio" server, Claude Code sends SIGINT before anything else.
     assert [(e["event"], e.get("name")) for e in events if e["pid"] == second][1:] == [("signal", "SIGINT")], context
+
+
+async def test_a_wrapped_project_config_runs_its_server_behind_the_guard(
+    claude_code: ClaudeCode, counting: CountingUpstream, guard_env: dict[str, str], tmp_path: Path
+) -> None:
+    """``wrap --write`` on a project's .mcp.json: Claude Code then runs the server behind the guard; unwrap undoes."""
+    plain = claude_code.mcp_config(SERVER, counting.command, guard_env)
+    config = tmp_path / "project" / ".mcp.json"
+    config.parent.mkdir()
+    original = plain.read_bytes()
+    config.write_bytes(original)
+    wrapped = await _cli("wrap", "--write", str(config))
+    entry = json.loads(config.read_text(encoding="utf-8"))["mcpServers"][SERVER]
+    assert Path(entry["command"]).name == "mcp-loop-guard", wrapped
+    assert entry["args"] == ["--", *counting.command]
+
+    script = Script(tool=f"mcp__{SERVER}__constant", arguments={}, calls=5)
+    api = FakeAnthropicAPI(script)
+    with api.serving():
+        run = await claude_code.run(PROMPT, api_url=api.url, mcp_config=config, allowed_tools=[script.tool])
+    seen = api.results()
+    assert run.returncode == 0, run.describe()
+    assert [result.is_error for result in seen] == [False, False, False, False, True], seen
+    assert [any(text.startswith(MARKER) for text in result.texts) for result in seen] == [
+        False,
+        False,
+        True,
+        True,
+        True,
+    ]
+    assert len(counting.calls("constant")) == 4
+
+    await _cli("unwrap", "--write", str(config))
+    assert config.read_bytes() == original
+
+
+async def _cli(*args: str) -> str:
+    """``mcp-loop-guard ARGS`` as a user runs it; what it printed (it must succeed)."""
+    with anyio.fail_after(60):
+        done = await anyio.run_process([sys.executable, "-m", "mcp_loop_guard", *args], check=False)
+    assert done.returncode == 0, done.stderr.decode()
+    return done.stdout.decode()
