@@ -127,19 +127,11 @@ class Response:
             while piece := await connection.receive():
                 yield piece
         else:
-            left = length
-            while left > 0:
-                if not connection.buffer:
-                    connection.buffer = await connection.receive()
-                    if not connection.buffer:
-                        raise Http11Error("the server ended the connection in the middle of its answer")
-                piece, connection.buffer = connection.buffer[:left], connection.buffer[left:]
-                left -= len(piece)
+            async for piece in self._exactly(length):
                 yield piece
         self.done = True
 
     async def _dechunked(self) -> AsyncIterator[bytes]:
-        connection = self._connection
         while True:
             line = await self._line()
             size_text = line.split(b";", 1)[0].strip()
@@ -151,16 +143,22 @@ class Response:
                 while await self._line():  # trailers, up to the blank line
                     pass
                 return
-            left = size
-            while left > 0:
-                if not connection.buffer:
-                    connection.buffer = await connection.receive()
-                    if not connection.buffer:
-                        raise Http11Error("the server ended the connection in the middle of its answer")
-                piece, connection.buffer = connection.buffer[:left], connection.buffer[left:]
-                left -= len(piece)
+            async for piece in self._exactly(size):
                 yield piece
             await self._line()  # the CRLF after the chunk
+
+    async def _exactly(self, length: int) -> AsyncIterator[bytes]:
+        """The next ``length`` bytes of the body, as they arrive."""
+        connection = self._connection
+        left = length
+        while left > 0:
+            if not connection.buffer:
+                connection.buffer = await connection.receive()
+                if not connection.buffer:
+                    raise Http11Error("the server ended the connection in the middle of its answer")
+            piece, connection.buffer = connection.buffer[:left], connection.buffer[left:]
+            left -= len(piece)
+            yield piece
 
     async def _line(self) -> bytes:
         connection = self._connection

@@ -19,10 +19,13 @@ from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from starlette.types import Scope, Send
+
 from mcp_loop_guard.core.model import Mode
 from mcp_loop_guard.core.state import State
 from mcp_loop_guard.plan import Plan
 from mcp_loop_guard.proxy.downstream.agents import agent_loop, judge_for
+from mcp_loop_guard.proxy.downstream.http.middleware import RETRY_AFTER_BUSY, header, reply, retry_after, token_of
 from mcp_loop_guard.proxy.relay.events import EventLog
 from mcp_loop_guard.proxy.relay.judge import CallObserver, Judge
 from mcp_loop_guard.store import Store, StoreError, StoreHealth
@@ -77,6 +80,39 @@ class Agents:
         self.limit = limit
         self.on_evict = on_evict
         self.held: OrderedDict[str, KeyedAgent] = OrderedDict()
+
+    async def admit(self, scope: Scope, send: Send) -> KeyedAgent | None:
+        """The agent of a request without a session; None when the request was answered instead.
+
+        503 when every agent held is busy; 429 (with ``Retry-After``) for an agent aborted for
+        looping whose request window is still open.
+        """
+        settings = self.plan.settings
+        client = scope.get("client")
+        key_header = header(scope, settings.session_key_header.lower().encode("latin-1"))
+        key = agent_key(
+            token_of(scope),
+            key_header.decode("latin-1") if key_header is not None else None,
+            client[0] if client else "unknown",
+            trust_header=settings.trust_key_header,
+        )
+        try:
+            agent = await self.get(key)
+        except BusyError:
+            await reply(
+                send, 503, "Service Unavailable: too many agents busy; try again later", retry_after(RETRY_AFTER_BUSY)
+            )
+            return None
+        wait = await self.aborted(agent)
+        if wait > 0:
+            seconds = int(wait) + 1
+            message = (
+                f"loop guard: this agent's session was aborted for looping; retry after {seconds}s "
+                "with a different approach"
+            )
+            await reply(send, 429, message, retry_after(seconds))
+            return None
+        return agent
 
     def __len__(self) -> int:
         """Agents held now."""

@@ -30,9 +30,9 @@ from mcp_loop_guard.config import HttpServer, ServerSpec
 from mcp_loop_guard.metrics import Metrics
 from mcp_loop_guard.plan import Plan
 from mcp_loop_guard.proxy.downstream.http.admin import LiveAgent
-from mcp_loop_guard.proxy.downstream.http.agents import Agents, BusyError, KeyedAgent, agent_key
+from mcp_loop_guard.proxy.downstream.http.agents import Agents, KeyedAgent
 from mcp_loop_guard.proxy.downstream.http.exchanges import Exchange
-from mcp_loop_guard.proxy.downstream.http.middleware import RETRY_AFTER_BUSY, header, reply, retry_after, token_of
+from mcp_loop_guard.proxy.downstream.http.middleware import header, reply, token_of
 from mcp_loop_guard.proxy.downstream.http.relayed_sessions import RelayedSession, RelayedSessions
 from mcp_loop_guard.proxy.downstream.http.replies import is_modern, json_reply, relay_plain, speaks_modern
 from mcp_loop_guard.proxy.downstream.http.sessionless import Sessionless
@@ -147,9 +147,8 @@ class HttpRelay:
         """One request to ``/mcp``."""
         if is_modern(scope["headers"]) and not await self._speaks_modern():
             version = header(scope, VERSION)
-            headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
             await self.translating.serve(
-                scope, receive, send, headers, version.decode("latin-1") if version else None, modern=True
+                scope, receive, send, version.decode("latin-1") if version else None, modern=True
             )
             return
         method = scope["method"]
@@ -179,7 +178,7 @@ class HttpRelay:
         judge: Judge | None = session.judge if session is not None else None
         keyed: KeyedAgent | None = None
         if session is None and message is not None and message.method != "initialize" and not message.is_response:
-            keyed = await self._keyed(scope, send)
+            keyed = await self.agents.admit(scope, send)
             if keyed is None:
                 return
             judge = keyed.judge
@@ -238,34 +237,6 @@ class HttpRelay:
             self.sessions.forget(session)
 
     # --- sessions and agents -----------------------------------------------------------------
-
-    async def _keyed(self, scope: Scope, send: Send) -> KeyedAgent | None:
-        """The agent of a request without a session; None when it was answered (503, or 429 after an abort)."""
-        client = scope.get("client")
-        key_header = header(scope, self.settings.session_key_header.lower().encode("latin-1"))
-        key = agent_key(
-            token_of(scope),
-            key_header.decode("latin-1") if key_header is not None else None,
-            client[0] if client else "unknown",
-            trust_header=self.settings.trust_key_header,
-        )
-        try:
-            agent = await self.agents.get(key)
-        except BusyError:
-            await reply(
-                send, 503, "Service Unavailable: too many agents busy; try again later", retry_after(RETRY_AFTER_BUSY)
-            )
-            return None
-        wait = await self.agents.aborted(agent)
-        if wait > 0:
-            seconds = int(wait) + 1
-            message = (
-                f"loop guard: this agent's session was aborted for looping; retry after {seconds}s "
-                "with a different approach"
-            )
-            await reply(send, 429, message, retry_after(seconds))
-            return None
-        return agent
 
     def aborted(self, session: RelayedSession | None, tool: str) -> None:
         """An aborting refusal went out: the session ends now (a keyed agent gets 429 from its next request)."""

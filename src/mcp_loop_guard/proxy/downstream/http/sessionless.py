@@ -7,7 +7,6 @@ loop state outlives any connection; an agent aborted for looping gets 429 for a 
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
 
 import anyio
 import anyio.abc
@@ -23,8 +22,7 @@ from starlette.types import Receive, Scope, Send
 from mcp_loop_guard.core.model import Verdict
 from mcp_loop_guard.plan import Plan
 from mcp_loop_guard.proxy.compat import handle_modern_request
-from mcp_loop_guard.proxy.downstream.http.agents import Agents, BusyError, KeyedAgent, agent_key
-from mcp_loop_guard.proxy.downstream.http.middleware import RETRY_AFTER_BUSY, reply, retry_after, token_of
+from mcp_loop_guard.proxy.downstream.http.agents import Agents, KeyedAgent
 from mcp_loop_guard.proxy.downstream.sessions import SessionFactory
 from mcp_loop_guard.proxy.relay.context import Context
 from mcp_loop_guard.proxy.relay.judge import Judge
@@ -83,34 +81,13 @@ class Sessionless:
         scope: Scope,
         receive: Receive,
         send: Send,
-        headers: Mapping[str, str],
         version: str | None,
         *,
         modern: bool,
     ) -> None:
         """One request, judged by its key's agent; ``modern``: a 2026-07-28 request."""
-        client = scope.get("client")
-        key = agent_key(
-            token_of(scope),
-            headers.get(self.settings.session_key_header.lower()),
-            client[0] if client else "unknown",
-            trust_header=self.settings.trust_key_header,
-        )
-        try:
-            agent = await self.agents.get(key)
-        except BusyError:
-            await reply(
-                send, 503, "Service Unavailable: too many agents busy; try again later", retry_after(RETRY_AFTER_BUSY)
-            )
-            return
-        wait = await self.agents.aborted(agent)
-        if wait > 0:
-            seconds = int(wait) + 1
-            message = (
-                f"loop guard: this agent's session was aborted for looping; retry after {seconds}s "
-                "with a different approach"
-            )
-            await reply(send, 429, message, retry_after(seconds))
+        agent = await self.agents.admit(scope, send)
+        if agent is None:
             return
         scope.setdefault("state", {})[AGENT] = agent
         agent.in_flight += 1

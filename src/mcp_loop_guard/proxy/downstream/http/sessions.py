@@ -117,7 +117,7 @@ class GuardSessions:
         version = headers.get(MCP_PROTOCOL_VERSION_HEADER.lower())
         modern = version is not None and version not in HANDSHAKE_PROTOCOL_VERSIONS
         if modern or self.settings.stateless:
-            await self.sessionless.serve(scope, receive, send, headers, version, modern=modern)
+            await self.sessionless.serve(scope, receive, send, version, modern=modern)
             return
         session_id = headers.get(MCP_SESSION_ID_HEADER.lower())
         if session_id is None:
