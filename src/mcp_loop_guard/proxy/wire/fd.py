@@ -8,6 +8,7 @@ a stray print or an inherited descriptor can never corrupt the protocol channel.
 
 from __future__ import annotations
 
+import asyncio  # noqa: TID251 - a descriptor watched across reads is asyncio's add_reader; anyio has none
 import errno
 import os
 import stat
@@ -39,6 +40,9 @@ class Fd:
         self.on_loop = _is_stream(fd)
         if self.on_loop:
             os.set_blocking(fd, False)
+        self._waiter: asyncio.Future[None] | None = None
+        self._watched: asyncio.AbstractEventLoop | None = None
+        """The loop watching the descriptor for reading, between one read and the next."""
 
     def close(self) -> None:
         """Close the descriptor, once, waking a task that waits on it first.
@@ -48,6 +52,9 @@ class Fd:
         """
         if not self.closed:
             self.closed = True
+            self._unwatch()
+            if self._waiter is not None and not self._waiter.done():
+                self._waiter.set_result(None)
             if self.on_loop:
                 with suppress(RuntimeError):  # no event loop (closed at exit): nobody can be waiting
                     anyio.notify_closing(self.fd)
@@ -66,11 +73,40 @@ class Fd:
             try:
                 return os.read(self.fd, self.read_size)
             except BlockingIOError:
-                try:
-                    await anyio.wait_readable(self.fd)
-                except anyio.ClosedResourceError:
-                    break
+                await self._readable()
         return b""
+
+    async def _readable(self) -> None:
+        """Wait until the descriptor can be read (or is closed).
+
+        The loop keeps watching it from one wait to the next (a reader reads line after line):
+        registering it anew for every message cost more than the read itself. A readiness
+        nobody waits for ends the watch, so a descriptor nobody reads never keeps the loop busy.
+        """
+        loop = asyncio.get_running_loop()
+        waiter = loop.create_future()
+        self._waiter = waiter
+        if self._watched is not loop:
+            self._unwatch()
+            loop.add_reader(self.fd, self._ready)
+            self._watched = loop
+        try:
+            await waiter
+        finally:
+            self._waiter = None
+
+    def _ready(self) -> None:
+        waiter = self._waiter
+        if waiter is None:
+            self._unwatch()
+        elif not waiter.done():
+            waiter.set_result(None)
+
+    def _unwatch(self) -> None:
+        if self._watched is not None:
+            with suppress(RuntimeError, ValueError, OSError):  # a loop already closed
+                self._watched.remove_reader(self.fd)
+            self._watched = None
 
     def write_now(self, data: bytes | memoryview) -> int:
         """Write what fits without waiting; the number of bytes written (0 when the pipe is full)."""
