@@ -16,6 +16,7 @@ from tests.http_harness import (
     Rig,
     ServerProcess,
     guard_http_argv,
+    http_client,
     http_get,
     payload_for,
     raw_call,
@@ -42,7 +43,7 @@ async def admin_get(guard: ServerProcess, path: str, token: str = ADMIN) -> http
 
 
 async def admin_delete(guard: ServerProcess, key: str, token: str = ADMIN) -> httpx2.Response:
-    async with httpx2.AsyncClient(timeout=10) as client:
+    async with http_client(timeout=10) as client:
         return await client.delete(guard.url(f"/admin/agents/{quote(key, safe='')}"), headers=bearer(token))
 
 

@@ -18,6 +18,7 @@ from tests.http_harness import (
     TIME_BIN,
     Rig,
     ServerProcess,
+    http_client,
     http_get,
     http_post,
     initialize_body,
@@ -127,7 +128,7 @@ async def test_oversized_body_refused(guard: ServerProcess) -> None:
 
     with anyio.fail_after(20):
         declared = await http_post(guard.mcp_url, padded, bearer())
-        async with httpx2.AsyncClient(timeout=10) as client:
+        async with http_client(timeout=10) as client:
             streamed = await client.post(guard.mcp_url, content=chunks(), headers=MCP_POST_HEADERS | bearer())
         small = await http_post(guard.mcp_url, initialize_body(), bearer())
         async with open_http_session(guard.mcp_url, headers=bearer()) as session:

@@ -47,6 +47,7 @@ from tests.http_harness import (
     SESSION_HEADER,
     Rig,
     ServerProcess,
+    http_client,
     initialize_body,
     jsonrpc_payloads,
     poll,
@@ -302,7 +303,7 @@ async def hostile(number: int, targets: list[Target], figures: Figures) -> None:
     kind = choose.choice(("key flood", "slow headers", "silent body", "malformed"))
     try:
         if kind == "key flood":
-            async with httpx2.AsyncClient(timeout=10) as client:
+            async with http_client(timeout=10) as client:
                 for n in range(20):
                     headers = MCP_POST_HEADERS | BEARER | {KEY_HEADER: f"hostile-{number}-{n}"}
                     headers |= {"Mcp-Protocol-Version": "2026-07-28"} if not target.stateless else HANDSHAKE
@@ -316,7 +317,7 @@ async def hostile(number: int, targets: list[Target], figures: Figures) -> None:
             figures.hostile[f"{kind}: {await dribble(target.server.port, SILENT_BODY_HEAD, 0.0, 15)}"] += 1
         else:
             label, malformed_headers, body = choose.choice(MALFORMED)
-            async with httpx2.AsyncClient(timeout=10) as client:
+            async with http_client(timeout=10) as client:
                 response = await client.post(target.server.mcp_url, content=body, headers=dict(malformed_headers))
             figures.hostile[f"{label}: {response.status_code}"] += 1
     except (httpx2.HTTPError, OSError) as exc:
@@ -364,7 +365,7 @@ async def ready(client: httpx2.AsyncClient, target: Target) -> bool:
 
 async def kill_upstreams(targets: list[Target], figures: Figures, started: float, until: float) -> None:
     """Kills each guard's upstream with SIGKILL every KILL_INTERVAL and notes when it is ready again."""
-    async with httpx2.AsyncClient(timeout=5) as client:
+    async with http_client(timeout=5) as client:
         while anyio.current_time() + KILL_INTERVAL < until:
             await anyio.sleep(KILL_INTERVAL)
             windows: list[tuple[Window, Target]] = []
@@ -452,7 +453,7 @@ async def test_abuse_soak(rig: Rig) -> None:
         until = started + DURATION
         limits = httpx2.Limits(max_connections=AGENTS + 10, max_keepalive_connections=AGENTS + 10)
         async with (
-            httpx2.AsyncClient(timeout=httpx2.Timeout(30), limits=limits) as client,
+            http_client(timeout=httpx2.Timeout(30), limits=limits) as client,
             anyio.create_task_group() as tg,
         ):
             tg.start_soon(sample_rss, targets, figures, started, until)
@@ -463,7 +464,7 @@ async def test_abuse_soak(rig: Rig) -> None:
                 tg.start_soon(agent.run, client, until)
         alive = {target.name: target.server.process.returncode for target in targets}
         health: dict[str, int | str] = {}
-        async with httpx2.AsyncClient(timeout=10) as client:
+        async with http_client(timeout=10) as client:
             for target in targets:
                 try:
                     health[target.name] = (await client.get(target.server.url("/healthz"))).status_code

@@ -21,6 +21,7 @@ from tests.http_harness import (
     TIME_BIN,
     Rig,
     ServerProcess,
+    http_client,
     http_get,
     http_post,
     initialize_body,
@@ -124,7 +125,7 @@ async def test_sigterm_after_thousands_of_keys_exits_promptly(rig: Rig) -> None:
                 statuses.append(response.status_code)
 
         with anyio.fail_after(120):
-            async with httpx2.AsyncClient(timeout=30) as client, anyio.create_task_group() as tg:
+            async with http_client(timeout=30) as client, anyio.create_task_group() as tg:
                 for n in range(keys):
                     tg.start_soon(ping, client, n)
         guard.process.send_signal(signal.SIGTERM)

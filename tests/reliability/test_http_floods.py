@@ -19,6 +19,7 @@ from tests.harness import fixture_command
 from tests.http_harness import (
     MCP_POST_HEADERS,
     Rig,
+    http_client,
     http_get,
     http_post,
     jsonrpc_payloads,
@@ -48,7 +49,7 @@ async def test_unanswered_server_requests_are_bounded(rig: Rig) -> None:
         body = json.dumps(tool_call_body("flood_requests", flood, 5))
         with anyio.fail_after(60):
             async with (
-                httpx2.AsyncClient(timeout=httpx2.Timeout(10, read=60)) as client,
+                http_client(timeout=httpx2.Timeout(10, read=60)) as client,
                 client.stream("POST", guard.mcp_url, content=body, headers=MCP_POST_HEADERS | headers) as response,
             ):
                 # Read everything the guard sends on the call's stream, answer nothing.
@@ -122,7 +123,7 @@ async def test_deeply_nested_json_over_http_gets_an_error_with_its_id(rig: Rig) 
 
 async def http_post_raw(url: str, body: str, headers: dict[str, str]) -> httpx2.Response:
     """One POST of a body given as text (not re-encoded), read in full."""
-    async with httpx2.AsyncClient(timeout=10) as client:
+    async with http_client(timeout=10) as client:
         return await client.post(url, content=body.encode(), headers=MCP_POST_HEADERS | headers)
 
 

@@ -30,6 +30,7 @@ from tests.http_harness import (
     TIME_BIN,
     Rig,
     ServerProcess,
+    http_client,
     http_get,
     http_post,
     initialize_body,
@@ -65,7 +66,7 @@ async def slow_calls_in_flight(
 
     async def call(extra: Mapping[str, str]) -> None:
         with suppress(httpx2.TransportError):
-            async with httpx2.AsyncClient(timeout=httpx2.Timeout(10, read=60)) as client:
+            async with http_client(timeout=httpx2.Timeout(10, read=60)) as client:
                 body = json.dumps(tool_call_body("slow", {"seconds": 30}, 9))
                 await client.post(guard.mcp_url, content=body, headers=MCP_POST_HEADERS | dict(extra))
 
@@ -171,7 +172,7 @@ async def test_refused_requests_leave_no_state(rig: Rig) -> None:
             statuses[kind].add(response.status_code)
 
     async with rig.guard(["--stateless", *ERRORING], env=env) as guard:
-        async with httpx2.AsyncClient(timeout=30) as client:
+        async with http_client(timeout=30) as client:
             with anyio.fail_after(30):
                 await flood(client, range(200))  # warm-up: the code paths, caches and pools exist now
             before = guard.rss()

@@ -23,6 +23,7 @@ from tests.http_harness import (
     MCP_POST_HEADERS,
     Rig,
     ServerProcess,
+    http_client,
     raw_session,
     tool_call_body,
     wait_gone,
@@ -42,7 +43,7 @@ async def start_hanging_call(guard: ServerProcess, line_log: Path, tg: anyio.abc
 
     async def call() -> None:
         with suppress(httpx2.TransportError):
-            async with httpx2.AsyncClient(timeout=httpx2.Timeout(10, read=60)) as client:
+            async with http_client(timeout=httpx2.Timeout(10, read=60)) as client:
                 await client.post(guard.mcp_url, content=json.dumps(HANG), headers=MCP_POST_HEADERS | headers)
 
     tg.start_soon(call)
@@ -109,7 +110,7 @@ async def test_call_in_flight_at_sigterm_gets_an_error_on_its_stream(rig: Rig, l
 
     async with rig.guard(["--", *command], env=env) as guard:
         headers = await raw_session(guard.mcp_url)
-        async with httpx2.AsyncClient(timeout=httpx2.Timeout(10, read=90)) as client, anyio.create_task_group() as tg:
+        async with http_client(timeout=httpx2.Timeout(10, read=90)) as client, anyio.create_task_group() as tg:
             tg.start_soon(call, client, headers)
             with anyio.fail_after(10):
                 await eventually(lambda: any(message.get("method") == "tools/call" for message in received(line_log)))
