@@ -360,3 +360,22 @@ async def test_a_2026_client_in_front_of_a_handshake_era_server_is_translated(ri
     assert version == "2026-07-28"
     assert texts(answers[0]) == ["Echo: same"]
     assert [action(answer) for answer in answers] == [None, None, "warn", "warn", "block"]
+
+
+async def test_made_up_session_ids_get_404_and_push_no_session_out(rig: Rig, tmp_path: Path) -> None:
+    """Ids the server never gave are refused without loop state: the one real session keeps its room and streak."""
+    async with rig.counting_http(tmp_path / "calls.jsonl") as counting:
+        config = rig.config({"counting": {"type": "http", "url": counting.mcp_url}})
+        async with rig.guard(["--config", str(config)], env={"LOOP_GUARD_MAX_SESSIONS": "1"}) as guard:
+            real = await raw_session(guard.mcp_url)
+            first = [await http_post(guard.mcp_url, tool_call_body("echo", {"text": "same"}), real) for _ in range(2)]
+            made_up = [
+                await http_post(
+                    guard.mcp_url, tool_call_body("echo", {"text": "same"}), {**real, SESSION_HEADER: f"x{n}"}
+                )
+                for n in range(20)
+            ]
+            third = await http_post(guard.mcp_url, tool_call_body("echo", {"text": "same"}), real)
+    assert [response.status_code for response in made_up] == [404] * 20
+    assert [payload_verdict(payload_for(response, 1)) for response in [*first, third]] == [None, None, "warn"]
+    assert len(counted_calls(tmp_path / "calls.jsonl", "echo")) == 3

@@ -171,7 +171,7 @@ class HttpRelay:
         session_id = header(scope, SESSION)
         session: RelayedSession | None = None
         if session_id is not None:
-            session = await self.sessions.lookup(session_id, token, send)
+            session = await self.sessions.lookup(session_id, token, scope["headers"], send)
             if session is None:
                 return
         message = parsed if isinstance(parsed, Message) else None
@@ -207,7 +207,11 @@ class HttpRelay:
     async def _other(self, method: str, scope: Scope, receive: Receive, send: Send) -> None:
         """A GET event stream or a DELETE: relayed as they are, within the session's life."""
         session_id = header(scope, SESSION)
-        session = await self.sessions.lookup(session_id, token_of(scope), send) if session_id is not None else None
+        session = (
+            await self.sessions.lookup(session_id, token_of(scope), scope["headers"], send)
+            if session_id is not None
+            else None
+        )
         if session_id is not None and session is None:
             return
         answered = False

@@ -2,9 +2,10 @@
 
 A session is the server's own (its ``Mcp-Session-Id``). The guard starts judging it when the
 server names it in its answer to ``initialize``, or at its first request when the guard did
-not see it open (a guard started again in another's place: its loop state is in the store).
-A session the guard ends (aborted, evicted, expired) answers 404 from then on, its open
-streams close, and the server is sent a DELETE for it.
+not see it open (a guard started again in another's place: its loop state is in the store;
+such an id is first asked of the server). A session the guard ends (aborted, evicted,
+expired) answers 404 from then on, its open streams close, and the server is sent a DELETE
+for it.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from dataclasses import dataclass, field
 import anyio
 from starlette.types import Send
 
+from mcp_loop_guard import codec
 from mcp_loop_guard.metrics import Metrics
 from mcp_loop_guard.plan import Plan
 from mcp_loop_guard.proxy.downstream.agents import agent_loop, judge_for
@@ -26,6 +28,7 @@ from mcp_loop_guard.proxy.downstream.http.middleware import RETRY_AFTER_BUSY, re
 from mcp_loop_guard.proxy.relay.judge import Judge
 from mcp_loop_guard.proxy.relay.tasks import HeldTasks
 from mcp_loop_guard.proxy.upstream.exchange import HttpExchange, UpstreamHttpError
+from mcp_loop_guard.proxy.wire.messages import own_request_id
 from mcp_loop_guard.store import StoreError
 
 logger = logging.getLogger(__name__)
@@ -69,13 +72,24 @@ class RelayedSessions:
         self.live: OrderedDict[bytes, RelayedSession] = OrderedDict()
         self.closed: OrderedDict[bytes, None] = OrderedDict()
 
-    async def lookup(self, session_id: bytes, token: str, send: Send) -> RelayedSession | None:
-        """The session a request names; None when it was answered 404 (ended, or opened with another token)."""
+    async def lookup(
+        self, session_id: bytes, token: str, headers: Sequence[tuple[bytes, bytes]], send: Send
+    ) -> RelayedSession | None:
+        """The session a request names; None when the request was answered instead.
+
+        404 for a session the guard ended, one opened with another token, or one the server
+        does not know: an id the guard has not seen is asked of the server (a ping) before it
+        gets loop state or room, so made-up ids can neither fill the store nor push out
+        other clients' sessions.
+        """
         if session_id in self.closed:
             await reply(send, 404, "Session not found")
             return None
         session = self.live.get(session_id)
         if session is None:
+            if not await self._known_upstream(session_id, headers):
+                await reply(send, 404, "Session not found")
+                return None
             if not await self.room(send):
                 return None
             session = await self.open(session_id, token)
@@ -84,6 +98,24 @@ class RelayedSessions:
             return None
         self.live.move_to_end(session_id)
         return session
+
+    async def _known_upstream(self, session_id: bytes, headers: Sequence[tuple[bytes, bytes]]) -> bool:
+        """Whether the server still serves this session (it answers a ping on it)."""
+        version = [(key, value) for key, value in headers if key == b"mcp-protocol-version"]
+        sent = [
+            (b"mcp-session-id", session_id),
+            *version,
+            (b"accept", b"application/json, text/event-stream"),
+            (b"content-type", b"application/json"),
+        ]
+        ping = codec.dumps({"jsonrpc": "2.0", "id": own_request_id(), "method": "ping"})
+        with anyio.move_on_after(END_TIMEOUT):
+            try:
+                async with self.upstream.send("POST", sent, ping) as response:
+                    return response.is_success
+            except UpstreamHttpError as error:
+                logger.debug("could not ask the server about session %s: %s", session_id[:8], error)
+        return False
 
     async def open(self, session_id: bytes, token: str) -> RelayedSession:
         """Start judging a session the server opened, with what the store kept of it (a guard restarted)."""
