@@ -71,6 +71,22 @@ class _Connection:
         except (anyio.EndOfStream, anyio.BrokenResourceError, OSError, ssl.SSLError):
             return b""
 
+    async def until(self, delimiter: bytes, *, too_long: str, ended: str) -> bytes:
+        """What comes before the next ``delimiter`` (both consumed), at most HEAD_LIMIT bytes.
+
+        Raises:
+            Http11Error: ``too_long`` or ``ended``, as it went.
+        """
+        while (end := self.buffer.find(delimiter)) < 0:
+            if len(self.buffer) > HEAD_LIMIT:
+                raise Http11Error(too_long)
+            more = await self.receive()
+            if not more:
+                raise Http11Error(ended)
+            self.buffer += more
+        found, self.buffer = self.buffer[:end], self.buffer[end + len(delimiter) :]
+        return found
+
     async def aclose(self) -> None:
         with anyio.CancelScope(shield=True), suppress(OSError, anyio.BrokenResourceError, ssl.SSLError):
             await self.stream.aclose()
@@ -161,16 +177,11 @@ class Response:
             yield piece
 
     async def _line(self) -> bytes:
-        connection = self._connection
-        while (end := connection.buffer.find(b"\r\n")) < 0:
-            if len(connection.buffer) > HEAD_LIMIT:
-                raise Http11Error("the server's chunked answer is malformed")
-            more = await connection.receive()
-            if not more:
-                raise Http11Error("the server ended the connection in the middle of its answer")
-            connection.buffer += more
-        line, connection.buffer = connection.buffer[:end], connection.buffer[end + 2 :]
-        return line
+        return await self._connection.until(
+            b"\r\n",
+            too_long="the server's chunked answer is malformed",
+            ended="the server ended the connection in the middle of its answer",
+        )
 
 
 class Http11Pool:
@@ -282,14 +293,11 @@ class Http11Pool:
 
     async def _read_head(self, connection: _Connection, *, head: bool) -> Response:
         while True:
-            while (end := connection.buffer.find(b"\r\n\r\n")) < 0:
-                if len(connection.buffer) > HEAD_LIMIT:
-                    raise Http11Error("the server's answer has headers over 64 KiB")
-                more = await connection.receive()
-                if not more:
-                    raise Http11Error("the server closed the connection without an answer")
-                connection.buffer += more
-            block, connection.buffer = connection.buffer[:end], connection.buffer[end + 4 :]
+            block = await connection.until(
+                b"\r\n\r\n",
+                too_long="the server's answer has headers over 64 KiB",
+                ended="the server closed the connection without an answer",
+            )
             status_line, *lines = block.split(b"\r\n")
             parts = status_line.split(b" ", 2)
             if len(parts) < 2 or not parts[0].startswith(b"HTTP/1.") or not parts[1].isdigit():
