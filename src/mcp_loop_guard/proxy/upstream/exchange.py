@@ -10,12 +10,12 @@ and forth with the client's requests.
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
 
 from mcp_loop_guard.config import HttpServer
 from mcp_loop_guard.proxy.upstream.http11 import Http11Error, Http11Pool, Response
-from mcp_loop_guard.proxy.upstream.transports import CONNECT_TIMEOUT, tls_context
+from mcp_loop_guard.proxy.upstream.tls import CONNECT_TIMEOUT, tls_context
 
 logger = logging.getLogger(__name__)
 
@@ -61,7 +61,10 @@ class HttpExchange:
         self.name = spec.name
         self.url = spec.url
         self.pool = Http11Pool(
-            spec.url, headers=_with_identity(spec.headers), tls=tls_context(), connect_timeout=CONNECT_TIMEOUT
+            spec.url,
+            headers=_with_identity(spec.headers),
+            tls=tls_context() if spec.url.lower().startswith("https:") else None,
+            connect_timeout=CONNECT_TIMEOUT,
         )
 
     def use_headers(self, headers: Mapping[str, str]) -> None:
@@ -74,16 +77,23 @@ class HttpExchange:
 
     @asynccontextmanager
     async def send(
-        self, method: str, headers: Sequence[tuple[bytes, bytes]], body: bytes = b""
+        self,
+        method: str,
+        headers: Sequence[tuple[bytes, bytes]],
+        body: bytes = b"",
+        *,
+        sent: Callable[[], None] | None = None,
     ) -> AsyncIterator[Response]:
         """One request with the client's MCP headers; the response, its body still to be read.
+
+        ``sent``: called once the request is written, before its answer.
 
         Raises:
             UpstreamHttpError: the upstream cannot be reached, or the connection broke.
         """
-        sent = [(key, value) for key, value in headers if key in FORWARDED_REQUEST_HEADERS or key.startswith(b"mcp-")]
+        kept = [(key, value) for key, value in headers if key in FORWARDED_REQUEST_HEADERS or key.startswith(b"mcp-")]
         try:
-            async with self.pool.request(method, sent, body) as response:
+            async with self.pool.request(method, kept, body, sent=sent) as response:
                 yield response
         except Http11Error as error:
             how = "is unreachable" if error.connect else "broke off its answer"

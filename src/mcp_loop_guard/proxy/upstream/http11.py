@@ -16,7 +16,7 @@ import logging
 import select
 import ssl
 import time
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager, suppress
 from urllib.parse import urlsplit
 
@@ -227,8 +227,13 @@ class Http11Pool:
             await connection.aclose()
 
     @asynccontextmanager
-    async def request(self, method: str, headers: Headers, body: bytes = b"") -> AsyncIterator[Response]:
+    async def request(
+        self, method: str, headers: Headers, body: bytes = b"", *, sent: Callable[[], None] | None = None
+    ) -> AsyncIterator[Response]:
         """Send one request; the answer, its body to be read within the context.
+
+        ``sent`` is called once the request is written (before its answer): a caller keeping
+        messages in order may send the next one then.
 
         Raises:
             Http11Error: the server cannot be reached, or broke off before its answer's head.
@@ -240,6 +245,8 @@ class Http11Pool:
                 await connection.stream.send(head + body if len(body) < READ_SIZE else head)
                 if len(body) >= READ_SIZE:
                     await connection.stream.send(body)
+                if sent is not None:
+                    sent()
                 response = await self._read_head(connection, head=method == "HEAD")
             except Http11Error:
                 await connection.aclose()

@@ -6,9 +6,7 @@ message (or is over the size limit) is answered or skipped rather than breaking 
 
 from __future__ import annotations
 
-import functools
 import logging
-import ssl
 from collections.abc import AsyncIterator, Mapping
 from contextlib import AsyncExitStack, asynccontextmanager, suppress
 
@@ -26,13 +24,11 @@ from mcp_loop_guard.config import StdioServer, redact_url
 from mcp_loop_guard.proxy.compat import MCP_DEFAULT_SSE_READ_TIMEOUT, MCP_DEFAULT_TIMEOUT
 from mcp_loop_guard.proxy.upstream.child import ChildProcess, spawn
 from mcp_loop_guard.proxy.upstream.session import Upstream, UpstreamGoneError, brief
+from mcp_loop_guard.proxy.upstream.tls import CONNECT_TIMEOUT, tls_context
 from mcp_loop_guard.proxy.wire import messages as wire
 from mcp_loop_guard.proxy.wire.lines import LineReader, Oversized
 
 logger = logging.getLogger(__name__)
-
-CONNECT_TIMEOUT = 10.0
-"""Seconds to reach an HTTP upstream (TCP and TLS) before it counts as down."""
 
 
 async def _pump_out(
@@ -163,13 +159,6 @@ async def open_http_upstream(
         upstream = Upstream(name, read, write, label=label)
         await stack.enter_async_context(upstream.session)
         yield upstream
-
-
-@functools.cache
-def tls_context() -> ssl.SSLContext:
-    """One TLS context for every upstream connection: each costs about 1 MB to build, and
-    an HTTP guard opens an upstream connection per downstream session."""
-    return httpx2.create_ssl_context()
 
 
 def _http_client(headers: Mapping[str, str] | None) -> httpx2.AsyncClient:
