@@ -279,16 +279,18 @@ async def run_server(
     accept: Callable[[int], bool] | None = lambda status: status == 200,
     attempts: int = 3,
     start_limit: float = START_LIMIT,
+    port: int | None = None,
 ) -> AsyncIterator[ServerProcess]:
-    """Starts a server on a free port and waits until it answers; stops it and its children on exit.
+    """Starts a server on a free port (or on ``port``) and waits until it answers; stops it and its children on exit.
 
     With ``accept`` None the server is ready once its port takes a TCP connection.
 
     The port is picked just before the start, so another process may take it first: the
     server is then started again on another port, up to ``attempts`` times.
     """
+    fixed = port
     for attempt in range(1, attempts + 1):
-        port = free_port()
+        port = fixed if fixed is not None else free_port()
         argv, env = launch(port)
         with stderr.open("a", encoding="utf-8") as errlog:
             process = await anyio.open_process(

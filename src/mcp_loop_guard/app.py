@@ -38,7 +38,7 @@ async def serve(plan: Plan, first: ChildProcess | None = None) -> int:
     """
     _announce(plan)
     with tracing.installed():
-        if plan.settings.transport == "stdio" and plan.single_stdio is not None:
+        if plan.settings.transport == "stdio" and plan.single_relayed is not None:
             from mcp_loop_guard.proxy.downstream.stdio import serve_pipe  # noqa: PLC0415 - the fast path loads alone
 
             return await serve_pipe(plan, first)

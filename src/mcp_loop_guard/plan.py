@@ -7,7 +7,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from mcp_loop_guard.config import GuardConfig, StdioServer
+from mcp_loop_guard.config import GuardConfig, HttpServer, StdioServer
 from mcp_loop_guard.core.policy import Policy
 from mcp_loop_guard.policies import PolicyTable, Rules, overridden, server_budgets
 from mcp_loop_guard.settings import FileSettings, Settings
@@ -59,6 +59,20 @@ class Plan:
         servers = self.config.servers
         if len(servers) == 1 and isinstance(servers[0], StdioServer):
             return servers[0]
+        return None
+
+    @property
+    def single_relayed(self) -> StdioServer | HttpServer | None:
+        """The one upstream a stdio guard relays message by message: a command, or a streamable HTTP URL.
+
+        A legacy SSE upstream, or several upstreams under one name, go through the SDK's sessions.
+        """
+        servers = self.config.servers
+        if len(servers) != 1:
+            return None
+        server = servers[0]
+        if isinstance(server, StdioServer) or server.transport == "http":
+            return server
         return None
 
 

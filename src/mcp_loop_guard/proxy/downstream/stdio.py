@@ -90,8 +90,8 @@ async def _watch_signals(ending: Ending, reload: Callable[[str], None] | None = 
 
 
 async def serve_pipe(plan: Plan, first: ChildProcess | None = None) -> int:
-    """Guard the one stdio upstream for the client on our stdin/stdout; return the exit code."""
-    spec = plan.single_stdio
+    """Guard the one upstream (a command or an HTTP URL) for the client on stdin/stdout; return the exit code."""
+    spec = plan.single_relayed
     assert spec is not None
     settings = plan.settings
     timeout = spec.call_timeout or settings.call_timeout_seconds
@@ -126,15 +126,14 @@ async def serve_pipe(plan: Plan, first: ChildProcess | None = None) -> int:
                 # The refusal is out: end the session by closing our stdout, so the client reads the
                 # refusal and then the end; it closes its side in turn (or the linger runs out).
                 stdout.close()
-                if upstream.child is not None:
-                    upstream.child.close_stdin()
+                upstream.end_input()
                 with anyio.move_on_after(ABORT_LINGER):
                     await client_gone.wait()
-            elif ending.why == "eof" and upstream.child is not None:
-                # Answers still in progress may go out while the upstream exits by itself.
-                upstream.child.close_stdin()
+            elif ending.why == "eof":
+                # Answers still in progress may go out while the upstream finishes by itself.
+                upstream.end_input()
                 with anyio.move_on_after(EOF_GRACE):
-                    await upstream.child.exited.wait()
+                    await upstream.wait_ended()
             elif ending.why == "signal":
                 await pipe.shut_down("the guard is shutting down (signal)")
             tg.cancel_scope.cancel()

@@ -20,7 +20,8 @@ import anyio
 from mcp_loop_guard.plan import Limits
 from mcp_loop_guard.proxy.relay.judge import Judge, Pending
 from mcp_loop_guard.proxy.relay.verdicts import complete, failed
-from mcp_loop_guard.proxy.upstream.stdio import HANDSHAKE_TIMEOUT, StdioUpstream, UpstreamDownError
+from mcp_loop_guard.proxy.upstream.channel import Channel, UpstreamDownError
+from mcp_loop_guard.proxy.upstream.stdio import HANDSHAKE_TIMEOUT
 from mcp_loop_guard.proxy.wire import messages as wire
 from mcp_loop_guard.proxy.wire.messages import Message, RequestId
 
@@ -64,7 +65,7 @@ class Flights:
     """The requests in flight of one relayed client, with their call-timeout deadlines."""
 
     def __init__(
-        self, upstream: StdioUpstream, limits: Limits, send: Callable[[bytes], Awaitable[None]], judge: Judge
+        self, upstream: Channel, limits: Limits, send: Callable[[bytes], Awaitable[None]], judge: Judge
     ) -> None:
         """``send`` writes a line to the client: the answer to a request the guard fails."""
         self.upstream = upstream
@@ -165,7 +166,7 @@ class Flights:
             "params": {"requestId": ident, "reason": "timeout"},
         }
         try:
-            await self.upstream.send(Message(cancel).line())
+            await self.upstream.send_message(Message(cancel))
         except UpstreamDownError as down:
             logger.debug("dropped a notifications/cancelled for the upstream: %s", down)
         await self.fail(ident, reason, "timeout")

@@ -15,7 +15,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Awaitable, Callable, Sequence
 
-from mcp_loop_guard.config import ServerSpec, StdioServer
+from mcp_loop_guard.config import HttpServer, ServerSpec, StdioServer
 from mcp_loop_guard.plan import Limits
 from mcp_loop_guard.proxy.relay.calls import WRONG_SHAPE, bad_call, begin_call, finish_call, refusal_message
 from mcp_loop_guard.proxy.relay.flights import Flights, InFlight
@@ -23,8 +23,10 @@ from mcp_loop_guard.proxy.relay.judge import Judge, Refusal
 from mcp_loop_guard.proxy.relay.tasks import HeldTasks, created_task, wrong_shape
 from mcp_loop_guard.proxy.relay.tool_list import ToolList
 from mcp_loop_guard.proxy.relay.verdicts import SERVER_INFO
+from mcp_loop_guard.proxy.upstream.channel import Channel, UpstreamDownError
 from mcp_loop_guard.proxy.upstream.child import ChildProcess
-from mcp_loop_guard.proxy.upstream.stdio import HANDSHAKE_TIMEOUT, StdioUpstream, UpstreamDownError
+from mcp_loop_guard.proxy.upstream.http_lines import HttpLines
+from mcp_loop_guard.proxy.upstream.stdio import HANDSHAKE_TIMEOUT, StdioUpstream
 from mcp_loop_guard.proxy.wire import messages as wire
 from mcp_loop_guard.proxy.wire.lines import Oversized
 from mcp_loop_guard.proxy.wire.messages import BadLine, Message, RequestId
@@ -33,11 +35,11 @@ logger = logging.getLogger(__name__)
 
 
 class Pipe:
-    """Relays one client to one stdio upstream."""
+    """Relays one client to one upstream: a child's stdio, or a streamable HTTP server."""
 
     def __init__(
         self,
-        spec: StdioServer,
+        spec: StdioServer | HttpServer,
         send: Callable[[bytes], Awaitable[None]],
         judge: Judge,
         *,
@@ -49,15 +51,27 @@ class Pipe:
 
         ``first``: the upstream's child when it was started before the event loop.
         """
-        self.upstream = StdioUpstream(
-            spec,
-            self.from_upstream,
-            self.upstream_exited,
-            on_restart=self.upstream_restarted,
-            max_bytes=limits.max_message_bytes,
-            first=first,
-            handshake_timeout=limits.call_timeout or HANDSHAKE_TIMEOUT,
-        )
+        handshake = limits.call_timeout or HANDSHAKE_TIMEOUT
+        self.upstream: Channel
+        if isinstance(spec, HttpServer):
+            self.upstream = HttpLines(
+                spec,
+                self.from_upstream,
+                self.upstream_failed,
+                on_restart=self.upstream_restarted,
+                max_bytes=limits.max_message_bytes,
+                handshake_timeout=handshake,
+            )
+        else:
+            self.upstream = StdioUpstream(
+                spec,
+                self.from_upstream,
+                self.upstream_exited,
+                on_restart=self.upstream_restarted,
+                max_bytes=limits.max_message_bytes,
+                first=first,
+                handshake_timeout=handshake,
+            )
         self.send = send
         self.judge = judge
         self.server = spec.name
@@ -133,7 +147,7 @@ class Pipe:
             flight.task = params["taskId"]
         self.flights.add(ident, flight)
         try:
-            await self.upstream.send(message.line())
+            await self.upstream.send_message(message)
         except UpstreamDownError as down:
             await self.flights.fail(ident, str(down), "gone")
 
@@ -152,7 +166,7 @@ class Pipe:
     async def _to_upstream(self, message: Message) -> None:
         """A notification or a response: forwarded if the upstream is up, else dropped (nobody waits for it)."""
         try:
-            await self.upstream.send(message.line())
+            await self.upstream.send_message(message)
         except UpstreamDownError as down:
             logger.debug("dropped a %s for the upstream: %s", message.method or "response", down)
 
@@ -270,6 +284,11 @@ class Pipe:
         await self.tasks.drop_all()
         await self.flights.fail_all(reason, "gone")
 
+    async def upstream_failed(self, ident: RequestId, reason: str) -> None:
+        """The upstream will not answer a request (an HTTP upstream broke off or refused it)."""
+        if ident in self.flights:
+            await self.flights.fail(ident, reason, "gone")
+
     async def upstream_restarted(self) -> None:
         """A new child serves the session: if the client had listed tools and they differ now, say so."""
         if await self.tools.changed_on_restart():
@@ -278,10 +297,17 @@ class Pipe:
 
     async def reconfigure(self, servers: Sequence[ServerSpec]) -> str | None:
         """A config reload: the one server's new command replaces the old one; None, or why it cannot be done live."""
-        if len(servers) != 1 or not isinstance(servers[0], StdioServer):
-            return "this guard relays one stdio server directly; serving other servers needs a restart"
-        spec = servers[0]
-        self.server = spec.name
-        self.tools.facts.forget()
-        await self.upstream.replace(spec)
-        return None
+        upstream = self.upstream
+        if len(servers) == 1 and isinstance(servers[0], StdioServer) and isinstance(upstream, StdioUpstream):
+            self.server = servers[0].name
+            self.tools.facts.forget()
+            await upstream.replace(servers[0])
+            return None
+        if len(servers) == 1 and isinstance(servers[0], HttpServer) and isinstance(upstream, HttpLines):
+            if servers[0].url != upstream.spec.url or servers[0].transport != "http":
+                return "this guard relays one HTTP server directly; another URL needs a restart"
+            self.server = servers[0].name
+            upstream.spec = servers[0]
+            upstream.exchange.use_headers(servers[0].headers)
+            return None
+        return "this guard relays one server directly; serving other servers needs a restart"

@@ -11,7 +11,7 @@ from typing import Any
 
 from mcp_loop_guard.plan import Limits
 from mcp_loop_guard.proxy.relay.tools import ToolFacts
-from mcp_loop_guard.proxy.upstream.stdio import StdioUpstream
+from mcp_loop_guard.proxy.upstream.channel import Channel
 
 RESERVED_META = "io.modelcontextprotocol/"
 
@@ -19,7 +19,7 @@ RESERVED_META = "io.modelcontextprotocol/"
 class ToolList:
     """What one stdio upstream listed, as the relay saw it."""
 
-    def __init__(self, upstream: StdioUpstream, limits: Limits) -> None:
+    def __init__(self, upstream: Channel, limits: Limits) -> None:
         """Nothing known until the upstream's tools are listed."""
         self.upstream = upstream
         self.limits = limits
@@ -51,6 +51,7 @@ class ToolList:
                 self.facts.listed = True  # nothing to learn from this server (no tools, or no answer)
                 return
             self.facts.note(result.get("tools") or [], first_page=page == 0)
+            self.upstream.learn_tools(result.get("tools") or [])
             cursor = result.get("nextCursor")
             if not cursor:
                 return
@@ -58,6 +59,7 @@ class ToolList:
     def seen(self, tools: list[Any], *, first_page: bool) -> None:
         """One page of a tools/list answer on its way to the client."""
         self.facts.note(tools, first_page=first_page)
+        self.upstream.learn_tools(tools)
         self.listed = list(tools) if first_page or self.listed is None else [*self.listed, *tools]
 
     async def changed_on_restart(self) -> bool:
@@ -78,6 +80,7 @@ class ToolList:
             if not cursor:
                 break
         self.facts.note(tools, first_page=True)
+        self.upstream.learn_tools(tools)
         if tools == self.listed:
             return False
         self.listed = tools

@@ -21,20 +21,15 @@ import anyio.abc
 
 from mcp_loop_guard.config import StdioServer
 from mcp_loop_guard.proxy.upstream.backoff import Backoff
+from mcp_loop_guard.proxy.upstream.channel import Incoming, UpstreamDownError
 from mcp_loop_guard.proxy.upstream.child import ChildProcess, UpstreamStartError, spawn
 from mcp_loop_guard.proxy.wire.lines import LineReader, Oversized
-from mcp_loop_guard.proxy.wire.messages import BadLine, Message, own_request_id, parse
+from mcp_loop_guard.proxy.wire.messages import Message, own_request_id, parse
 
 logger = logging.getLogger(__name__)
 
 HANDSHAKE_TIMEOUT = 120.0
 """Seconds a restarted upstream may take to answer the replayed initialize (``npx`` may download first)."""
-
-Incoming = Callable[[Message | BadLine | Oversized], Awaitable[None]]
-
-
-class UpstreamDownError(Exception):
-    """The upstream cannot take a message now; the text says why (exit status, backoff)."""
 
 
 @dataclass
@@ -152,6 +147,23 @@ class StdioUpstream:
     def down_reason(self) -> str | None:
         """Why the upstream cannot take messages now, or None when it can."""
         return self._down_reason or None
+
+    async def send_message(self, message: Message) -> None:
+        """Write one message to the child (see :meth:`send`)."""
+        await self.send(message.line())
+
+    def learn_tools(self, tools: list[Any]) -> None:
+        """Nothing to learn: a child's stdio carries every message the same way."""
+
+    def end_input(self) -> None:
+        """Close the child's stdin: a server exits at the end of its input."""
+        if self.child is not None:
+            self.child.close_stdin()
+
+    async def wait_ended(self) -> None:
+        """Wait for the child to exit."""
+        if self.child is not None:
+            await self.child.exited.wait()
 
     async def send(self, line: bytes) -> None:
         """Write one line to the child, starting a new child first if the last one died.

@@ -1,0 +1,68 @@
+"""What the message relay needs of its upstream, whatever carries the messages: a child's stdio or HTTP."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import Any, Protocol
+
+import anyio
+import anyio.abc
+
+from mcp_loop_guard.proxy.wire.lines import Oversized
+from mcp_loop_guard.proxy.wire.messages import BadLine, Message
+
+__all__ = ["Channel", "Incoming", "UpstreamDownError"]
+
+Incoming = Callable[[Message | BadLine | Oversized], Awaitable[None]]
+"""Where the upstream's messages go (the relay's ``from_upstream``)."""
+
+
+class UpstreamDownError(Exception):
+    """The upstream cannot take a message now; the text says why (exit status, backoff, unreachable)."""
+
+
+class Channel(Protocol):
+    """One upstream as a channel of JSON-RPC messages, carrying the client's session across its restarts."""
+
+    initialize: dict[str, Any] | None
+    """The client's initialize request, replayed when the upstream's session must be opened again."""
+    initialized: bytes | None
+    """The client's notifications/initialized line, replayed with it."""
+    restarts: int
+
+    @property
+    def label(self) -> str:
+        """How messages name the upstream (its command, or its URL without secrets)."""
+        ...
+
+    def down_reason(self) -> str | None:
+        """Why the upstream cannot take messages now, or None when it can."""
+        ...
+
+    async def run(self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
+        """Serve the upstream until cancelled."""
+        ...
+
+    async def send_message(self, message: Message) -> None:
+        """Pass one message on, in order with the ones before it.
+
+        Raises:
+            UpstreamDownError: the upstream cannot take it (the message is lost; a request is the caller's to fail).
+        """
+        ...
+
+    async def request(self, method: str, params: Any, *, within: float) -> dict[str, Any] | None:
+        """A request of the guard's own: the answer's body, or None (no answer in time, or the upstream is down)."""
+        ...
+
+    def learn_tools(self, tools: list[Any]) -> None:
+        """The tools the upstream listed (a transport may need their schemas to route calls)."""
+        ...
+
+    def end_input(self) -> None:
+        """The client sent its last message."""
+        ...
+
+    async def wait_ended(self) -> None:
+        """Wait until the work the upstream was given is done (the child exited, the answers came)."""
+        ...

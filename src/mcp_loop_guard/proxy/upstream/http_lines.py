@@ -1,0 +1,333 @@
+"""One streamable HTTP upstream for the message relay: each message the client writes is POSTed as it came.
+
+The stdio guard in front of a remote server relays messages, not SDK requests, as it does
+for a child process: each line becomes one POST with the same body, sent in the client's
+order, and what comes back (a JSON body, or the events of a stream) goes to the relay as
+lines do. The server's ``Mcp-Session-Id`` and the negotiated protocol version go with every
+later message; a GET stream carries what the server sends unasked. A session the server
+forgot (404) is opened again with the client's ``initialize`` replayed, as for a restarted
+child. 2026-07-28 messages carry that era's routing headers (``Mcp-Method``, ``Mcp-Name``,
+the version from their ``_meta``, and ``Mcp-Param-*`` for tools whose schema asks for them).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Awaitable, Callable, Coroutine
+from typing import Any
+
+import anyio
+import anyio.abc
+
+from mcp_loop_guard import codec
+from mcp_loop_guard.config import HttpServer, redact_url
+from mcp_loop_guard.proxy.upstream.channel import Incoming, UpstreamDownError
+from mcp_loop_guard.proxy.upstream.exchange import HttpExchange, Response, UpstreamHttpError
+from mcp_loop_guard.proxy.upstream.http_answers import EVENTS, JSON, drain, read_messages
+from mcp_loop_guard.proxy.upstream.http_headers import ParamHeaders, routing_headers
+from mcp_loop_guard.proxy.wire.lines import Oversized
+from mcp_loop_guard.proxy.wire.messages import Message, RequestId, own_request_id
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["HttpLines"]
+
+_ACCEPT = (b"accept", JSON + b", " + EVENTS)
+_CONTENT = (b"content-type", JSON)
+LISTEN_RETRY = (1.0, 30.0)
+"""Seconds before the GET stream is opened again after it ended: the first wait, and the longest."""
+
+Failure = Callable[[RequestId, str], Awaitable[None]]
+"""Answers a client request the upstream will not: its id and why."""
+
+
+class HttpLines:
+    """A streamable HTTP upstream as a channel of messages (see :class:`~.channel.Channel`)."""
+
+    def __init__(
+        self,
+        spec: HttpServer,
+        on_message: Incoming,
+        on_failure: Failure,
+        *,
+        on_restart: Callable[[], Coroutine[Any, Any, None]] | None = None,
+        max_bytes: int,
+        handshake_timeout: float,
+    ) -> None:
+        """``on_failure`` answers a client request the upstream could not be asked or broke off."""
+        self.spec = spec
+        self.exchange = HttpExchange(spec)
+        self.on_message = on_message
+        self.on_failure = on_failure
+        self.on_restart = on_restart
+        self.max_bytes = max_bytes
+        self.handshake_timeout = handshake_timeout
+        self.initialize: dict[str, Any] | None = None
+        self.initialized: bytes | None = None
+        self.restarts = 0
+        self.session: bytes | None = None
+        """The server's ``Mcp-Session-Id`` (handshake era)."""
+        self.version: bytes | None = None
+        """The protocol version the handshake agreed on, sent as ``MCP-Protocol-Version``."""
+        self.params = ParamHeaders()
+        self._tg: anyio.abc.TaskGroup | None = None
+        self._order = anyio.Lock()
+        self._reopening = anyio.Lock()
+        self._own: dict[str, tuple[anyio.Event, list[dict[str, Any]]]] = {}
+        self._busy = 0
+        self._idle = anyio.Event()
+        self._idle.set()
+        self._down_reason = ""
+        self._listening: bytes | None = None
+
+    @property
+    def label(self) -> str:
+        """The upstream's URL, without its password or query values."""
+        return f"`{redact_url(self.spec.url)}`"
+
+    def down_reason(self) -> str | None:
+        """Why the last message could not reach the upstream, until one does again."""
+        return self._down_reason or None
+
+    async def run(self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
+        """Serve until cancelled; the server's session is ended (DELETE) on the way out."""
+        try:
+            async with anyio.create_task_group() as tg:
+                self._tg = tg
+                task_status.started()
+                await anyio.sleep_forever()
+        finally:
+            with anyio.CancelScope(shield=True), anyio.move_on_after(2.0):
+                await self._end_session()
+                await self.exchange.aclose()
+
+    def learn_tools(self, tools: list[Any]) -> None:
+        """Keep the tools' ``Mcp-Param-*`` declarations, for 2026-07-28 calls."""
+        self.params.learn(tools)
+
+    def end_input(self) -> None:
+        """Nothing to close: each message was its own request."""
+
+    async def wait_ended(self) -> None:
+        """Wait until every request sent has been answered."""
+        await self._idle.wait()
+
+    # --- sending -----------------------------------------------------------------------------
+
+    async def send_message(self, message: Message) -> None:
+        """POST one message, in order: returns once it is written (a request's answer is read in its own task).
+
+        Raises:
+            UpstreamDownError: the upstream could not be reached.
+        """
+        assert self._tg is not None, "run() first"
+        async with self._order:
+            await self._tg.start(self._post, message)
+
+    async def _post(self, message: Message, *, task_status: anyio.abc.TaskStatus[None]) -> None:
+        started = False
+
+        def sent() -> None:
+            nonlocal started
+            if not started and not first_answer:
+                started = True
+                task_status.started()
+
+        # The handshake's answer carries the session id every later message needs: the next
+        # message waits for it. A notification or a response is done once the server took it.
+        first_answer = message.method == "initialize" or not message.is_request
+        ident = message.id if message.is_request else None
+        self._busy += 1
+        self._idle = anyio.Event()
+        try:
+            await self._exchange(message, ident, sent)
+        except UpstreamHttpError as error:
+            self._down_reason = str(error)
+            if not started:
+                started = True
+                raise UpstreamDownError(str(error)) from None
+            if ident is not None:
+                await self.on_failure(ident, str(error))
+        finally:
+            self._busy -= 1
+            if not self._busy:
+                self._idle.set()
+            if not started:
+                task_status.started()
+
+    async def _exchange(self, message: Message, ident: RequestId | None, sent: Callable[[], None]) -> None:
+        body = message.raw if message.raw is not None else codec.dumps(message.body)
+        session = self.session
+        for attempt in (1, 2):
+            async with self.exchange.send("POST", self._headers(message), body, sent=sent) as response:
+                self._down_reason = ""
+                if response.status_code == 404 and session is not None and attempt == 1:
+                    await drain(response)
+                    if message.method == "initialize":
+                        break
+                    sent = _nothing
+                    await self._reopen(session)
+                    continue
+                if message.method == "initialize":
+                    self._opened(response)
+                sent()
+                await self._answers(response, message, ident)
+                return
+        await self._answers_none(message, ident, "the upstream does not know its own session (HTTP 404)")
+
+    def _headers(self, message: Message) -> list[tuple[bytes, bytes]]:
+        headers = [_ACCEPT, _CONTENT]
+        params = message.body.get("params")
+        modern = routing_headers(message.method, params, self.params)
+        if modern:
+            headers.extend(modern)
+            return headers
+        if self.session is not None:
+            headers.append((b"mcp-session-id", self.session))
+        if self.version is not None and message.method != "initialize":
+            headers.append((b"mcp-protocol-version", self.version))
+        return headers
+
+    def _opened(self, response: Response) -> None:
+        """The handshake's answer: its session id from now on, and the GET stream for it."""
+        session = response.header(b"mcp-session-id")
+        if response.is_success:
+            self.session = session
+            if session is not None and self._listening != session and self._tg is not None:
+                self._listening = session
+                self._tg.start_soon(self._listen, session)
+
+    # --- answers -----------------------------------------------------------------------------
+
+    async def _answers(self, response: Response, message: Message, ident: RequestId | None) -> None:
+        """Hand every message of one POST's answer on; a request left without its answer is failed."""
+        answered = False
+        async for item in read_messages(response, ident, self.max_bytes):
+            if isinstance(item, Message) and item.is_response and item.id == ident:
+                answered = True
+            elif isinstance(item, Oversized):
+                answered = answered or item.request_id == ident
+            await self._take(item, message)
+        if response.status_code == 202 or ident is None or answered:
+            if not response.is_success and ident is None:
+                logger.debug("upstream %s answered a %s with HTTP %d", self.label, message.method, response.status_code)
+            return
+        await self._answers_none(message, ident, _no_answer(response))
+
+    async def _answers_none(self, message: Message, ident: RequestId | None, why: str) -> None:
+        if ident is None:
+            return
+        reason = f"upstream {self.label} {why}"
+        own = self._own.get(ident) if isinstance(ident, str) else None
+        if own is not None:
+            own[0].set()
+        else:
+            await self.on_failure(ident, reason)
+
+    async def _take(self, item: Message | Oversized, sent: Message | None = None) -> None:
+        if isinstance(item, Message) and item.is_response:
+            ident = item.id
+            if sent is not None and sent.method == "initialize" and ident == sent.id:
+                version = (item.body.get("result") or {}).get("protocolVersion")
+                self.version = version.encode() if isinstance(version, str) else None
+            own = self._own.get(ident) if isinstance(ident, str) else None
+            if own is not None:
+                own[1].append(item.body)
+                own[0].set()
+                return
+        await self.on_message(item)
+
+    async def _listen(self, session: bytes) -> None:
+        """The GET stream of one session: what the server sends unasked (until the session changes)."""
+        wait = LISTEN_RETRY[0]
+        while self.session == session:
+            headers = [(b"accept", EVENTS), (b"mcp-session-id", session)]
+            if self.version is not None:
+                headers.append((b"mcp-protocol-version", self.version))
+            try:
+                async with self.exchange.send("GET", headers) as response:
+                    if not response.is_success or not (response.header(b"content-type") or b"").startswith(EVENTS):
+                        await drain(response)
+                        return  # 405: the server has no such stream
+                    wait = LISTEN_RETRY[0]
+                    async for item in read_messages(response, None, self.max_bytes):
+                        await self._take(item)
+            except UpstreamHttpError as error:
+                logger.debug("upstream %s: the GET stream ended (%s)", self.label, error)
+            await anyio.sleep(wait)
+            wait = min(wait * 2, LISTEN_RETRY[1])
+
+    # --- the guard's own ---------------------------------------------------------------------
+
+    async def request(self, method: str, params: Any, *, within: float) -> dict[str, Any] | None:
+        """A request of the guard's own, carrying the session: the answer's body, or None."""
+        ident = own_request_id()
+        done, answers = anyio.Event(), list[dict[str, Any]]()
+        self._own[ident] = (done, answers)
+        body: dict[str, Any] = {"jsonrpc": "2.0", "id": ident, "method": method}
+        if params is not None:
+            body["params"] = params
+        try:
+            with anyio.move_on_after(within if math.isfinite(within) else self.handshake_timeout):
+                await self.send_message(Message(body))
+                await done.wait()
+        except UpstreamDownError:
+            return None
+        finally:
+            self._own.pop(ident, None)
+        return answers[0] if answers else None
+
+    async def _reopen(self, stale: bytes) -> None:
+        """The server forgot the session: open another with the client's handshake, then go on."""
+        async with self._reopening:
+            if self.session != stale:
+                return  # another request opened it again already
+            self.session = None
+            if self.initialize is None:
+                return
+            logger.warning("upstream %s forgot the session; opening another with the client's handshake", self.label)
+            ident = own_request_id()
+            done, answers = anyio.Event(), list[dict[str, Any]]()
+            self._own[ident] = (done, answers)
+            handshake = Message({"jsonrpc": "2.0", "id": ident, "method": "initialize", **_params(self.initialize)})
+            try:
+                with anyio.move_on_after(self.handshake_timeout):
+                    await self._exchange(handshake, ident, _nothing)
+                    await done.wait()
+            finally:
+                self._own.pop(ident, None)
+            if not answers or "result" not in answers[0]:
+                return
+            if self.initialized is not None:
+                await self._exchange(Message({"jsonrpc": "2.0", "method": "notifications/initialized"}), None, _nothing)
+            self.restarts += 1
+            if self.on_restart is not None and self._tg is not None:
+                self._tg.start_soon(self.on_restart)
+
+    async def _end_session(self) -> None:
+        session, self.session = self.session, None
+        if session is None:
+            return
+        headers = [(b"mcp-session-id", session)]
+        if self.version is not None:
+            headers.append((b"mcp-protocol-version", self.version))
+        try:
+            async with self.exchange.send("DELETE", headers) as response:
+                await drain(response)
+        except UpstreamHttpError as error:
+            logger.debug("could not end the session at upstream %s: %s", self.label, error)
+
+
+def _params(request: dict[str, Any]) -> dict[str, Any]:
+    return {"params": request["params"]} if "params" in request else {}
+
+
+def _nothing() -> None:
+    pass
+
+
+def _no_answer(response: Response) -> str:
+    if not response.is_success:
+        return f"refused the request (HTTP {response.status_code})"
+    return "ended its answer without a response to the request"

@@ -1,0 +1,208 @@
+"""The stdio guard in front of one streamable HTTP server (``--upstream URL``): each message POSTed as it came.
+
+What a client sees through ``mcp-loop-guard --upstream URL`` is compared with what it sees
+talking to the server over HTTP itself, in the same test; the rest checks what only the
+guard does: loops warned, refused and aborted, a server that forgot its session, an
+unreachable server, and both protocol eras (2026-07-28 routing headers included).
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import AsyncExitStack, asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+from mcp import Client, ClientSession, StdioServerParameters
+from mcp.client.subscriptions import ToolsListChanged
+from mcp.shared.exceptions import MCPError
+from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS
+
+from tests.harness import (
+    ClientUser,
+    Connector,
+    Inbox,
+    action,
+    counted_calls,
+    fixture_command,
+    guard_command,
+    server_environment,
+    texts,
+)
+from tests.http_harness import Rig, ServerProcess, free_port, open_http_session, run_server
+
+pytestmark = [pytest.mark.anyio, pytest.mark.e2e]
+
+LONG_RUNNING = "trigger-long-running-operation"
+EXIT_LOOP_ABORTED = 3
+
+
+def _guard_args(url: str, *extra: str) -> list[str]:
+    return [*extra, "--upstream", url]
+
+
+async def _facts(session: ClientSession, user: ClientUser) -> dict[str, Any]:
+    """What a client learns from server-everything: tools, results, resources, prompts, progress, sampling."""
+    progress: list[float] = []
+
+    async def on_progress(value: float, total: float | None, message: str | None) -> None:
+        progress.append(value)
+
+    with anyio.fail_after(30):
+        # The server adds its sampling tool once it has seen the client's capabilities.
+        while "trigger-sampling-request" not in {tool.name for tool in (await session.list_tools()).tools}:  # noqa: ASYNC110 - asking is the only way to know
+            await anyio.sleep(0.05)
+        tools = await session.list_tools()
+        echoed = await session.call_tool("echo", {"message": "hello"})
+        summed = await session.call_tool("get-sum", {"a": 2, "b": 3})
+        resources = await session.list_resources()
+        read = await session.read_resource(resources.resources[0].uri)
+        prompts = await session.list_prompts()
+        finished = await session.call_tool(LONG_RUNNING, {"duration": 1, "steps": 3}, progress_callback=on_progress)
+        sampled = await session.call_tool("trigger-sampling-request", {"prompt": "Name a colour", "maxTokens": 5})
+    return {
+        "tools": [tool.model_dump(mode="json") for tool in tools.tools],
+        "echo": texts(echoed),
+        "sum": texts(summed),
+        "resources": [resource.model_dump(mode="json") for resource in resources.resources],
+        "read": [content.model_dump(mode="json") for content in read.contents],
+        "prompts": [prompt.model_dump(mode="json") for prompt in prompts.prompts],
+        "progress": progress,
+        "long-running": (finished.is_error, len(texts(finished))),
+        "sampled": (sampled.is_error, len(user.sampling_requests)),
+    }
+
+
+async def test_a_client_sees_through_the_guard_what_it_sees_over_http(rig: Rig, connect: Connector) -> None:
+    """Tools, results, resources, prompts, progress and the server's sampling request, as over HTTP directly."""
+    async with rig.everything_http() as everything:
+        direct_user, guarded_user = ClientUser(), ClientUser()
+        async with open_http_session(everything.mcp_url, callbacks=direct_user.callbacks(Inbox())) as opened:
+            direct = await _facts(opened.session, direct_user)
+            direct_info = opened.initialize.server_info
+        async with connect.guard_process(
+            [], guard_args=_guard_args(everything.mcp_url), callbacks=guarded_user.callbacks(Inbox())
+        ) as guard:
+            guarded = await _facts(guard.session, guarded_user)
+            guarded_info = guard.connection.initialize.server_info
+    assert guarded == direct
+    assert direct["progress"] == [1, 2, 3]
+    assert direct["sampled"] == (False, 1)
+    assert guarded_info == direct_info
+
+
+async def test_a_loop_is_warned_refused_and_aborted(rig: Rig, connect: Connector, tmp_path: Path) -> None:
+    """Identical calls: warned at 3, refused from 5 without reaching the server, the session ended after 3 refusals."""
+    log = tmp_path / "calls.jsonl"
+    async with (
+        rig.counting_http(log) as counting,
+        connect.guard_process([], guard_args=_guard_args(counting.mcp_url)) as guard,
+    ):
+        actions = []
+        with anyio.fail_after(30):
+            for _ in range(7):
+                result = await guard.session.call_tool("constant", {})
+                actions.append(action(result))
+            assert await guard.wait_exit() == EXIT_LOOP_ABORTED
+    assert actions == [None, None, "warn", "warn", "block", "block", "abort"]
+    assert len(counted_calls(log, "constant")) == 4
+
+
+async def test_a_server_that_forgot_the_session_is_given_the_handshake_again(
+    rig: Rig, connect: Connector, tmp_path: Path
+) -> None:
+    """The server restarts on its port (its sessions gone): the guard opens another with the client's handshake."""
+    port = free_port()
+    log = tmp_path / "calls.jsonl"
+
+    def counting(port: int) -> tuple[list[str], dict[str, str]]:
+        return fixture_command("counting_server", "--http", str(port)), {"COUNTING_SERVER_LOG": str(log)}
+
+    @asynccontextmanager
+    async def server() -> AsyncIterator[ServerProcess]:
+        async with run_server(
+            counting,
+            marker=rig.marker,
+            stderr=rig.log("counting"),
+            ready_path="/mcp",
+            accept=lambda status: True,
+            port=port,
+            attempts=1,
+        ) as process:
+            yield process
+
+    url = f"http://127.0.0.1:{port}/mcp"
+    async with AsyncExitStack() as stack:
+        first_server = AsyncExitStack()
+        await first_server.enter_async_context(server())
+        guard = await stack.enter_async_context(connect.guard_process([], guard_args=_guard_args(url)))
+        with anyio.fail_after(20):
+            first = await guard.session.call_tool("echo", {"text": "before"})
+        await first_server.aclose()
+        await stack.enter_async_context(server())
+        with anyio.fail_after(30):
+            second = await guard.session.call_tool("echo", {"text": "after"})
+            third = await guard.session.call_tool("echo", {"text": "again"})
+        stderr = guard.connection.stderr_text()
+    assert texts(first) == ["before"]
+    assert texts(second) == ["after"], texts(second)
+    assert texts(third) == ["again"]
+    assert "forgot the session" in stderr
+
+
+async def test_an_unreachable_server_is_named_in_the_answer(process_marker: str) -> None:
+    """Nothing listens at the URL: the client's handshake gets an error saying the upstream is unreachable."""
+    url = f"http://127.0.0.1:{free_port()}/mcp"
+    unreachable = pytest.RaisesGroup(pytest.RaisesExc(MCPError, match="is unreachable"), flatten_subgroups=True)
+    with anyio.fail_after(30), unreachable:
+        async with Client(_stdio_guard(url, process_marker), mode="legacy"):
+            pass
+
+
+@asynccontextmanager
+async def _listen_http(rig: Rig) -> AsyncIterator[ServerProcess]:
+    async with run_server(
+        lambda port: (fixture_command("listen_server", "--http", str(port)), {}),
+        marker=rig.marker,
+        stderr=rig.log("listen-http"),
+        ready_path="/mcp",
+        accept=lambda status: True,
+    ) as listen:
+        yield listen
+
+
+def _stdio_guard(url: str, marker: str) -> StdioServerParameters:
+    argv = guard_command([], _guard_args(url))
+    return StdioServerParameters(command=argv[0], args=argv[1:], env=server_environment(marker, None))
+
+
+async def test_a_2026_client_crosses_with_its_routing_headers(rig: Rig) -> None:
+    """A 2026-07-28 client over stdio: its requests carry that era's headers upstream (Mcp-Param-* included)."""
+    async with _listen_http(rig) as listen, Client(_stdio_guard(listen.mcp_url, rig.marker), mode="auto") as client:
+        assert client.protocol_version == "2026-07-28"
+        with anyio.fail_after(30):
+            async with client.listen(tools_list_changed=True) as subscription:
+                await client.call_tool("register_tool", {"name": "fresh"})
+                event = await anext(subscription)
+            located = await client.call_tool("locate", {"region": "eu west"})
+            answers = [await client.call_tool("ask", {"question": "same?"}) for _ in range(5)]
+            asked = await client.call_tool("asked", {})
+    assert event == ToolsListChanged()
+    assert not located.is_error, texts(located)
+    assert texts(located) == ["in eu west"]
+    assert [action(answer) for answer in answers] == [None, None, "warn", "warn", "block"]
+    assert texts(asked) == ["4"]
+
+
+async def test_a_2026_client_falls_back_to_the_handshake_of_an_older_server(rig: Rig) -> None:
+    """server-everything speaks only the handshake era: the client is told so by the server and falls back."""
+    async with (
+        rig.everything_http() as everything,
+        Client(_stdio_guard(everything.mcp_url, rig.marker), mode="auto") as client,
+    ):
+        with anyio.fail_after(30):
+            echoed = await client.call_tool("echo", {"message": "hi"})
+        assert client.protocol_version in HANDSHAKE_PROTOCOL_VERSIONS
+    assert texts(echoed) == ["Echo: hi"]
