@@ -610,6 +610,16 @@ class Rig:
             accept=lambda status: True,
         )
 
+    def listen_http(self) -> AbstractAsyncContextManager[ServerProcess]:
+        """The listen fixture (an SDK 2.x server of both eras) over streamable HTTP."""
+        return run_server(
+            lambda port: (fixture_command("listen_server", "--http", str(port)), {}),
+            marker=self.marker,
+            stderr=self.log("listen-http"),
+            ready_path="/mcp",
+            accept=lambda status: True,
+        )
+
     def report(self) -> None:
         """Copies every process's output into the test's captured output."""
         for path in self.logs:

@@ -21,7 +21,7 @@ from mcp import Client
 from mcp.client.subscriptions import ToolsListChanged
 from mcp.shared.exceptions import MCPError
 
-from tests.harness import VERDICT_KEY, ClientUser, Inbox, action, counted_calls, fixture_command, texts, wire
+from tests.harness import VERDICT_KEY, ClientUser, Inbox, action, counted_calls, texts, wire
 from tests.http_harness import (
     SESSION_HEADER,
     Rig,
@@ -36,7 +36,6 @@ from tests.http_harness import (
     payload_for,
     payload_verdict,
     raw_session,
-    run_server,
     tool_call_body,
 )
 
@@ -310,13 +309,7 @@ async def test_tasks_cross_the_relay_and_a_repeated_task_is_warned(rig: Rig) -> 
 
 async def test_a_listen_stream_of_the_2026_era_crosses_the_relay(rig: Rig, tmp_path: Path) -> None:
     """A 2026-07-28 client opens subscriptions/listen through the guard and gets the server's change events."""
-    async with run_server(
-        lambda port: (fixture_command("listen_server", "--http", str(port)), {}),
-        marker=rig.marker,
-        stderr=rig.log("listen-http"),
-        ready_path="/mcp",
-        accept=lambda status: True,
-    ) as listen:
+    async with rig.listen_http() as listen:
         config = rig.config({"listen": {"type": "http", "url": listen.mcp_url}})
         async with rig.guard(["--config", str(config)]) as guard, Client(guard.mcp_url, mode="auto") as client:
             assert client.protocol_version == "2026-07-28"

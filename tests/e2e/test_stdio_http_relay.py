@@ -161,18 +161,6 @@ async def test_an_unreachable_server_is_named_in_the_answer(process_marker: str)
             pass
 
 
-@asynccontextmanager
-async def _listen_http(rig: Rig) -> AsyncIterator[ServerProcess]:
-    async with run_server(
-        lambda port: (fixture_command("listen_server", "--http", str(port)), {}),
-        marker=rig.marker,
-        stderr=rig.log("listen-http"),
-        ready_path="/mcp",
-        accept=lambda status: True,
-    ) as listen:
-        yield listen
-
-
 def _stdio_guard(url: str, marker: str) -> StdioServerParameters:
     argv = guard_command([], _guard_args(url))
     return StdioServerParameters(command=argv[0], args=argv[1:], env=server_environment(marker, None))
@@ -180,7 +168,7 @@ def _stdio_guard(url: str, marker: str) -> StdioServerParameters:
 
 async def test_a_2026_client_crosses_with_its_routing_headers(rig: Rig) -> None:
     """A 2026-07-28 client over stdio: its requests carry that era's headers upstream (Mcp-Param-* included)."""
-    async with _listen_http(rig) as listen, Client(_stdio_guard(listen.mcp_url, rig.marker), mode="auto") as client:
+    async with rig.listen_http() as listen, Client(_stdio_guard(listen.mcp_url, rig.marker), mode="auto") as client:
         assert client.protocol_version == "2026-07-28"
         with anyio.fail_after(30):
             async with client.listen(tools_list_changed=True) as subscription:
