@@ -43,6 +43,8 @@ class Via:
     argv: list[str]
     env: Mapping[str, str] = field(default_factory=dict)
     note: str = ""
+    url: str | None = None
+    """Reached over streamable HTTP at this URL instead of by starting ``argv`` (the direct case of an HTTP server)."""
 
 
 @dataclass(frozen=True)

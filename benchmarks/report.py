@@ -13,6 +13,8 @@ from benchmarks.results import Report, Row
 
 TITLES = {
     "stdio": "stdio round trip: sequential tools/call on one warm session",
+    "remote": "stdio guard in front of an HTTP server (--upstream URL): sequential tools/call, "
+    "against the SDK client over streamable HTTP directly",
     "http": "streamable HTTP: concurrent sessions, sequential calls each",
     "fingerprint": "fingerprint throughput: result_key on large results",
     "memory": "memory: detector state per session; resident memory with idle HTTP sessions",

@@ -51,7 +51,7 @@ from benchmarks.sizes import SIZES, Size
 EXIT_FAILED = 1
 NO_PEERS = "peers not run (--skip-peers, the default at --size smoke)"
 MCP_PROXY_STDIO = "mcp-proxy only bridges stdio and HTTP, so it has no stdio-to-stdio path; see the HTTP scenario"
-SCENARIOS = ("fingerprint", "memory", "startup", "stdio", "http", "profile")
+SCENARIOS = ("fingerprint", "memory", "startup", "stdio", "remote", "http", "profile")
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -224,6 +224,23 @@ async def _stdio(run: Run, task: TaskID) -> None:
     run.rows += await stdio_rtt.run_group(vias, [fixture_echo, large], run.log, run.advancer(task))
 
 
+async def _remote(run: Run, task: TaskID) -> None:
+    """The stdio guard relaying to server-everything over HTTP, against the SDK client speaking HTTP itself."""
+    echo = _cases(run.size)[0]
+    everything_http = everything_command("streamableHttp")
+    if everything_http is None:
+        run.skip("remote", echo.name, DIRECT, EVERYTHING_MISSING)
+        return
+    async with AsyncExitStack() as stack:
+        port = free_port()
+        url = f"http://127.0.0.1:{port}/mcp"
+        await stack.enter_async_context(background_server(everything_http, port, run.log, {"PORT": str(port)}))
+        note = "the SDK client over streamable HTTP (httpx)"
+        vias = [Via(DIRECT, [], note=note, url=url)]
+        vias += [Via(build.label, build.command([], "--upstream", url), build.env) for build in run.builds]
+        run.rows += await stdio_rtt.run_group(vias, [echo], run.log, run.advancer(task), scenario="remote")
+
+
 async def _http(run: Run, task: TaskID) -> None:
     size = run.size
     case = f"echo, {size.http_sessions} sessions"
@@ -363,6 +380,7 @@ async def _run_all(run: Run, only: Sequence[str]) -> None:
         "memory": (size.detector_calls + size.idle_sessions * (1 + 2 * len(run.builds)), _memory),
         "startup": (size.startup_rounds, _startup),
         "stdio": (2 * (size.echo_calls + size.echo_warmup) + size.large_calls + size.large_warmup, _stdio),
+        "remote": (size.echo_calls + size.echo_warmup, _remote),
         "http": (size.http_rounds * 4, _http),
         "profile": (size.profile_calls + max(3, size.profile_calls // 30), _profile),
     }

@@ -17,6 +17,7 @@ from typing import Any, TextIO
 import anyio
 import psutil
 from mcp import ClientSession, StdioServerParameters, stdio_client, types
+from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
 
 from benchmarks.processes import BenchmarkError, Via, child_pids, cpu_seconds, new_child
@@ -55,6 +56,12 @@ async def connect(via: Via, errlog: TextIO) -> AsyncIterator[Connection]:
     Raises:
         BenchmarkError: the target did not complete the handshake.
     """
+    if via.url is not None:
+        async with streamable_http_client(via.url) as (read, write), ClientSession(read, write) as session:
+            with anyio.fail_after(CALL_SECONDS):
+                await session.initialize()
+            yield Connection(via, session, None)
+        return
     before = child_pids()
     params = StdioServerParameters(command=via.argv[0], args=via.argv[1:], env=dict(via.env))
     async with stdio_client(params, errlog=errlog) as (read, write):
@@ -82,7 +89,9 @@ async def call(session: ClientSession, tool: str, arguments: dict[str, Any]) -> 
     return result
 
 
-async def interleave(connections: Sequence[Connection], case: Case, advance: Callable[[int], None]) -> list[Row]:
+async def interleave(
+    connections: Sequence[Connection], case: Case, advance: Callable[[int], None], scenario: str = SCENARIO
+) -> list[Row]:
     """Run ``case`` on every connection in turn and summarize each target against direct."""
     samples: dict[str, list[float]] = {c.via.name: [] for c in connections}
     cpu_start: dict[str, float] = {}
@@ -112,17 +121,21 @@ async def interleave(connections: Sequence[Connection], case: Case, advance: Cal
             "x_p99": ratio(latency.p99, direct.p99),
             "cpu_ms": cpu[name] * 1e3,
         }
-        rows.append(Row(SCENARIO, case.name, name, values, connection.via.note))
+        rows.append(Row(scenario, case.name, name, values, connection.via.note))
     return rows
 
 
 async def run_group(
-    vias: Sequence[Via], cases: Sequence[Case], errlog: TextIO, advance: Callable[[int], None]
+    vias: Sequence[Via],
+    cases: Sequence[Case],
+    errlog: TextIO,
+    advance: Callable[[int], None],
+    scenario: str = SCENARIO,
 ) -> list[Row]:
     """Open every target (one at a time, so each child is known), then run the cases on all of them."""
     async with AsyncExitStack() as stack:
         connections = [await stack.enter_async_context(connect(via, errlog)) for via in vias]
         rows: list[Row] = []
         for case in cases:
-            rows.extend(await interleave(connections, case, advance))
+            rows.extend(await interleave(connections, case, advance, scenario))
         return rows

@@ -27,7 +27,7 @@ def test_benchmark_smoke_run(tmp_path: Path) -> None:
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     results = json.loads(out.read_text())
     scenarios = {row.get("scenario") for row in results["rows"]}
-    assert {"stdio", "fingerprint", "memory"} <= scenarios, scenarios
+    assert {"stdio", "remote", "fingerprint", "memory"} <= scenarios, scenarios
 
 
 @pytest.mark.e2e
