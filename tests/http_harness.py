@@ -610,10 +610,10 @@ class Rig:
             accept=lambda status: True,
         )
 
-    def listen_http(self) -> AbstractAsyncContextManager[ServerProcess]:
-        """The listen fixture (an SDK 2.x server of both eras) over streamable HTTP."""
+    def listen_http(self, *args: str) -> AbstractAsyncContextManager[ServerProcess]:
+        """The listen fixture (an SDK 2.x server of both eras) over streamable HTTP; ``args``: e.g. ``--resumable``."""
         return run_server(
-            lambda port: (fixture_command("listen_server", "--http", str(port)), {}),
+            lambda port: (fixture_command("listen_server", "--http", str(port), *args), {}),
             marker=self.marker,
             stderr=self.log("listen-http"),
             ready_path="/mcp",

@@ -194,3 +194,17 @@ async def test_a_2026_client_falls_back_to_the_handshake_of_an_older_server(rig:
             echoed = await client.call_tool("echo", {"message": "hi"})
         assert client.protocol_version in HANDSHAKE_PROTOCOL_VERSIONS
     assert texts(echoed) == ["Echo: hi"]
+
+
+async def test_a_stream_the_server_closes_before_its_answer_is_resumed(rig: Rig) -> None:
+    """The server ends a call's event stream early (the spec's polling): the guard resumes it with Last-Event-ID."""
+    async with rig.listen_http("--resumable") as listen:
+        direct = await _answer_later(Client(listen.mcp_url, mode="legacy"))
+        guarded = await _answer_later(Client(_stdio_guard(listen.mcp_url, rig.marker), mode="legacy"))
+    assert direct == guarded == ["answered after the stream closed"]
+
+
+async def _answer_later(client: Client) -> list[str]:
+    async with client:
+        with anyio.fail_after(20):
+            return texts(await client.call_tool("answer_later", {}))

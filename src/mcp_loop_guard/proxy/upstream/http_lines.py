@@ -4,7 +4,8 @@ The stdio guard in front of a remote server relays messages, not SDK requests, a
 for a child process: each line becomes one POST with the same body, sent in the client's
 order, and what comes back (a JSON body, or the events of a stream) goes to the relay as
 lines do. The server's ``Mcp-Session-Id`` and the negotiated protocol version go with every
-later message; a GET stream carries what the server sends unasked. A session the server
+later message; a GET stream carries what the server sends unasked, and a call's stream the
+server closed before its answer is resumed (:mod:`.http_streams`). A session the server
 forgot (404) is opened again with the client's ``initialize`` replayed, as for a restarted
 child. 2026-07-28 messages carry that era's routing headers (``Mcp-Method``, ``Mcp-Name``,
 the version from their ``_meta``, and ``Mcp-Param-*`` for tools whose schema asks for them).
@@ -24,8 +25,9 @@ from mcp_loop_guard import codec
 from mcp_loop_guard.config import HttpServer, redact_url
 from mcp_loop_guard.proxy.upstream.channel import Incoming, UpstreamDownError
 from mcp_loop_guard.proxy.upstream.exchange import HttpExchange, Response, UpstreamHttpError
-from mcp_loop_guard.proxy.upstream.http_answers import EVENTS, JSON, drain, read_messages
+from mcp_loop_guard.proxy.upstream.http_answers import EVENTS, JSON, Resume, drain, read_messages
 from mcp_loop_guard.proxy.upstream.http_headers import ParamHeaders, routing_headers
+from mcp_loop_guard.proxy.upstream.http_streams import HttpStreams
 from mcp_loop_guard.proxy.wire.lines import Oversized
 from mcp_loop_guard.proxy.wire.messages import Message, RequestId, own_request_id
 
@@ -35,14 +37,12 @@ __all__ = ["HttpLines"]
 
 _ACCEPT = (b"accept", JSON + b", " + EVENTS)
 _CONTENT = (b"content-type", JSON)
-LISTEN_RETRY = (1.0, 30.0)
-"""Seconds before the GET stream is opened again after it ended: the first wait, and the longest."""
 
 Failure = Callable[[RequestId, str], Awaitable[None]]
 """Answers a client request the upstream will not: its id and why."""
 
 
-class HttpLines:
+class HttpLines(HttpStreams):
     """A streamable HTTP upstream as a channel of messages (see :class:`~.channel.Channel`)."""
 
     def __init__(
@@ -183,10 +183,10 @@ class HttpLines:
         if modern:
             headers.extend(modern)
             return headers
-        if self.session is not None:
+        if message.method != "initialize":
+            headers.extend(self._session_headers())
+        elif self.session is not None:
             headers.append((b"mcp-session-id", self.session))
-        if self.version is not None and message.method != "initialize":
-            headers.append((b"mcp-protocol-version", self.version))
         return headers
 
     def _opened(self, response: Response) -> None:
@@ -201,17 +201,18 @@ class HttpLines:
     # --- answers -----------------------------------------------------------------------------
 
     async def _answers(self, response: Response, message: Message, ident: RequestId | None) -> None:
-        """Hand every message of one POST's answer on; a request left without its answer is failed."""
-        answered = False
-        async for item in read_messages(response, ident, self.max_bytes):
-            if isinstance(item, Message) and item.is_response and item.id == ident:
-                answered = True
-            elif isinstance(item, Oversized):
-                answered = answered or item.request_id == ident
-            await self._take(item, message)
+        """Hand every message of one POST's answer on; a request left without its answer is failed.
+
+        A stream the server closed before the answer (the spec's polling: it wrote an event id
+        first) is picked up again with a GET carrying ``Last-Event-ID``.
+        """
+        resume = Resume()
+        answered = await self._hand_on(read_messages(response, ident, self.max_bytes, resume), message, ident)
         if response.status_code == 202 or ident is None or answered:
             if not response.is_success and ident is None:
                 logger.debug("upstream %s answered a %s with HTTP %d", self.label, message.method, response.status_code)
+            return
+        if response.is_success and resume.last_id is not None and await self._resumed(message, ident, resume):
             return
         await self._answers_none(message, ident, _no_answer(response))
 
@@ -237,26 +238,6 @@ class HttpLines:
                 own[0].set()
                 return
         await self.on_message(item)
-
-    async def _listen(self, session: bytes) -> None:
-        """The GET stream of one session: what the server sends unasked (until the session changes)."""
-        wait = LISTEN_RETRY[0]
-        while self.session == session:
-            headers = [(b"accept", EVENTS), (b"mcp-session-id", session)]
-            if self.version is not None:
-                headers.append((b"mcp-protocol-version", self.version))
-            try:
-                async with self.exchange.send("GET", headers) as response:
-                    if not response.is_success or not (response.header(b"content-type") or b"").startswith(EVENTS):
-                        await drain(response)
-                        return  # 405: the server has no such stream
-                    wait = LISTEN_RETRY[0]
-                    async for item in read_messages(response, None, self.max_bytes):
-                        await self._take(item)
-            except UpstreamHttpError as error:
-                logger.debug("upstream %s: the GET stream ended (%s)", self.label, error)
-            await anyio.sleep(wait)
-            wait = min(wait * 2, LISTEN_RETRY[1])
 
     # --- the guard's own ---------------------------------------------------------------------
 
@@ -304,19 +285,6 @@ class HttpLines:
             self.restarts += 1
             if self.on_restart is not None and self._tg is not None:
                 self._tg.start_soon(self.on_restart)
-
-    async def _end_session(self) -> None:
-        session, self.session = self.session, None
-        if session is None:
-            return
-        headers = [(b"mcp-session-id", session)]
-        if self.version is not None:
-            headers.append((b"mcp-protocol-version", self.version))
-        try:
-            async with self.exchange.send("DELETE", headers) as response:
-                await drain(response)
-        except UpstreamHttpError as error:
-            logger.debug("could not end the session at upstream %s: %s", self.label, error)
 
 
 def _params(request: dict[str, Any]) -> dict[str, Any]:

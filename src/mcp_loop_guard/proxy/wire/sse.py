@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 
-__all__ = ["EventSplitter", "data_of", "encode", "with_data"]
+__all__ = ["EventSplitter", "data_of", "encode", "field_of", "with_data"]
 
 _BOUNDARY = re.compile(rb"\r\n\r\n|\n\n|\r\r")
 _LINE = re.compile(rb"\r\n|\n|\r")
@@ -53,6 +53,20 @@ def data_of(event: bytes) -> bytes | None:
         return None
     parts = [line[5:].removeprefix(b" ") for line in _LINE.split(event) if line.startswith(b"data:") or line == b"data"]
     return b"\n".join(parts) if parts else None
+
+
+def field_of(event: bytes, name: bytes) -> bytes | None:
+    """The value of one field of the event (its last ``id`` or ``retry``); None when it has none."""
+    if name not in event:
+        return None
+    prefix = name + b":"
+    found = None
+    for line in _LINE.split(event):
+        if line.startswith(prefix):
+            found = line[len(prefix) :].removeprefix(b" ")
+        elif line == name:
+            found = b""
+    return found
 
 
 def with_data(event: bytes, data: bytes) -> bytes:
