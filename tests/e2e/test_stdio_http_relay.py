@@ -208,3 +208,49 @@ async def _answer_later(client: Client) -> list[str]:
     async with client:
         with anyio.fail_after(20):
             return texts(await client.call_tool("answer_later", {}))
+
+
+async def test_calls_in_flight_at_once_are_answered_each_on_its_own(
+    rig: Rig, connect: Connector, tmp_path: Path
+) -> None:
+    """Parallel calls (a model's several tool uses in one turn) go out at once and each gets its own answer."""
+    async with (
+        rig.counting_http(tmp_path / "calls.jsonl") as counting,
+        connect.guard_process([], guard_args=_guard_args(counting.mcp_url)) as guard,
+    ):
+        answers: dict[int, list[str]] = {}
+        finished: list[str] = []
+
+        async def echo(number: int) -> None:
+            answers[number] = texts(await guard.session.call_tool("echo", {"text": f"call {number}"}))
+            finished.append("echo")
+
+        async def slow() -> None:
+            await guard.session.call_tool("slow", {"seconds": 2})
+            finished.append("slow")
+
+        with anyio.fail_after(30):
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(slow)
+                tg.start_soon(slow)
+                await anyio.sleep(0.1)  # both slow calls are out first
+                for number in range(5):
+                    tg.start_soon(echo, number)
+    assert answers == {number: [f"call {number}"] for number in range(5)}
+    assert finished == ["echo"] * 5 + ["slow"] * 2, "a call waited for another's answer"
+
+
+async def test_a_server_dying_in_the_middle_of_a_call_is_reported(rig: Rig, connect: Connector, tmp_path: Path) -> None:
+    """The server exits while answering: the call gets an isError result naming the upstream; the guard stays up."""
+    async with (
+        rig.counting_http(tmp_path / "calls.jsonl") as counting,
+        connect.guard_process([], guard_args=_guard_args(counting.mcp_url)) as guard,
+    ):
+        with anyio.fail_after(20):
+            crashed = await guard.session.call_tool("crash", {})
+            again = await guard.session.call_tool("echo", {"text": "still there?"})
+    assert crashed.is_error
+    assert "[loop-guard]" in texts(crashed)[0]
+    assert "127.0.0.1" in texts(crashed)[0] or "127-0-0-1" in texts(crashed)[0], texts(crashed)
+    assert again.is_error, "nothing serves the URL any more"
+    assert "unreachable" in texts(again)[0], texts(again)
