@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import anyio
+import pytest
 from mcp import ClientSession, types
 from mcp.shared.exceptions import MCPError
 
@@ -320,6 +321,18 @@ class Upstream:
 def upstream(directory: Path, name: str, server: str) -> Upstream:
     """The fixture server ``server`` named ``name``, its wiretap log in directory."""
     return Upstream(name, server, directory / f"wiretap-{name}.jsonl")
+
+
+def alternating_forms(named: Sequence[tuple[str, Any]]) -> list[Any]:
+    """``pytest.param(value, form)`` for each named value, the log forms taken in turn.
+
+    Paths that share the event log's code (and run both forms through another path) need
+    not run every value in both forms; alternating keeps each form covered on each path.
+    """
+    return [
+        pytest.param(value, LOG_FORMS[index % len(LOG_FORMS)], id=f"{name}-{LOG_FORMS[index % len(LOG_FORMS)]}")
+        for index, (name, value) in enumerate(named)
+    ]
 
 
 def log_settings(log: Path, form: LogForm) -> dict[str, str]:

@@ -94,13 +94,23 @@ def _check_scenario(
     check_logged(scenario, lines, form)
 
 
-@pytest.mark.parametrize("form", LOG_FORMS)
-@pytest.mark.parametrize("keyed", [False, True], ids=["stateful", "keyed"])
-@pytest.mark.parametrize("scenarios", [scenarios for _, scenarios in GROUPS], ids=[name for name, _ in GROUPS])
+def _runs() -> list[Any]:
+    """Each group stateful and keyed, in one log form each (the other form for the other), forms in turn."""
+    runs = []
+    for index, (name, scenarios) in enumerate(GROUPS):
+        for offset, keyed in enumerate((False, True)):
+            form = LOG_FORMS[(index + offset) % len(LOG_FORMS)]
+            runs.append(pytest.param(scenarios, keyed, form, id=f"{name}-{'keyed' if keyed else 'stateful'}-{form}"))
+    return runs
+
+
+@pytest.mark.parametrize(("scenarios", "keyed", "form"), _runs())
 async def test_families_over_http(
     scenarios: tuple[Scenario, ...], keyed: bool, form: LogForm, rig: Rig, tmp_path: Path
 ) -> None:
     """Over HTTP each session (or key) sees every family's verdicts, and replay agrees with the event log.
+
+    Each group runs stateful and keyed, each in one log form: both forms, both ways, for every group.
 
     The scenarios sharing the guard are all played and checked, and the log replayed, before
     the test fails with everything that went wrong, so one scenario's failure hides no other's.

@@ -28,6 +28,7 @@ from tests.families import (
     LogForm,
     Scenario,
     Upstream,
+    alternating_forms,
     check_logged,
     check_model,
     check_reached,
@@ -108,12 +109,14 @@ async def test_family_through_message_relay(
     await _run(connect, tmp_path, [(scenario, source, "")], form, command=source.command)
 
 
-@pytest.mark.parametrize("form", LOG_FORMS)
-@pytest.mark.parametrize("scenario", FAMILIES, ids=_ids)
+@pytest.mark.parametrize(("scenario", "form"), alternating_forms([(family.name, family) for family in FAMILIES]))
 async def test_family_through_two_server_config(
     scenario: Scenario, form: LogForm, connect: Connector, tmp_path: Path
 ) -> None:
-    """Over stdio with a config of two servers (the SDK path) each family is judged alike, by exported names."""
+    """Over stdio with a config of two servers (the SDK path) each family is judged alike, by exported names.
+
+    Each family in one log form (the forms in turn): the message relay runs every family in both.
+    """
     source = upstream(tmp_path, scenario.server, scenario.server)
     other = upstream(tmp_path, _other(scenario.server), _other(scenario.server))
     config = write_config(tmp_path / "mcp.json", {source.name: source.entry(), other.name: other.entry()})
@@ -134,8 +137,7 @@ async def test_overrides_through_message_relay(
     await _run(connect, tmp_path, [(scenario, source, "")], form, config=config)
 
 
-@pytest.mark.parametrize("form", LOG_FORMS)
-@pytest.mark.parametrize("scenario", OVERRIDES, ids=_ids)
+@pytest.mark.parametrize(("scenario", "form"), alternating_forms([(override.name, override) for override in OVERRIDES]))
 async def test_overrides_through_two_server_config(
     scenario: Scenario, form: LogForm, connect: Connector, tmp_path: Path
 ) -> None:
