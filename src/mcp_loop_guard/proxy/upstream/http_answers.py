@@ -10,7 +10,7 @@ from mcp_loop_guard.proxy.wire import sse
 from mcp_loop_guard.proxy.wire.lines import Oversized
 from mcp_loop_guard.proxy.wire.messages import Message, RequestId, parse
 
-__all__ = ["EVENTS", "JSON", "Resume", "drain", "read_messages"]
+__all__ = ["EVENTS", "JSON", "Resume", "drain", "read_bounded", "read_messages"]
 
 JSON = b"application/json"
 EVENTS = b"text/event-stream"
@@ -57,21 +57,34 @@ async def read_messages(
         except ValueError:
             yield Oversized(limit, ident)
         return
-    chunks: list[bytes] = []
-    size = 0
-    async for chunk in response.chunks():
-        size += len(chunk)
-        if size <= limit:
-            chunks.append(chunk)
-    if size > limit:
-        yield Oversized(size, ident)
+    raw = await read_bounded(response, limit)
+    if raw is None:
+        yield Oversized(_length(response, limit), ident)
         return
-    parsed = parse(b"".join(chunks)) if size else None
+    parsed = parse(raw) if raw else None
     if isinstance(parsed, Message):
         if not response.is_success and parsed.is_response and parsed.id is None and ident is not None:
             parsed.body["id"] = ident
             parsed.changed()
         yield parsed
+
+
+async def read_bounded(response: Response, limit: int) -> bytes | None:
+    """The whole body, or None once it grows over ``limit`` bytes (the rest is left unread)."""
+    chunks: list[bytes] = []
+    size = 0
+    async for chunk in response.chunks():
+        size += len(chunk)
+        if size > limit:
+            return None
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def _length(response: Response, limit: int) -> int:
+    """The body's declared length, or just over the limit when it has none."""
+    declared = response.header(b"content-length")
+    return int(declared) if declared is not None and declared.strip().isdigit() else limit + 1
 
 
 async def drain(response: Response) -> None:

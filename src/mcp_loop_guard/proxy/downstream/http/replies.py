@@ -13,8 +13,8 @@ from starlette.types import Send
 from mcp_loop_guard import __version__, codec
 from mcp_loop_guard.proxy.relay.tools import ToolFacts
 from mcp_loop_guard.proxy.upstream.exchange import HttpExchange, Response, UpstreamHttpError, forwarded_response_headers
+from mcp_loop_guard.proxy.upstream.http_answers import EVENTS, JSON, read_bounded, read_messages
 from mcp_loop_guard.proxy.wire import messages as wire
-from mcp_loop_guard.proxy.wire import sse
 from mcp_loop_guard.proxy.wire.messages import Message
 
 __all__ = [
@@ -31,8 +31,6 @@ __all__ = [
 ]
 
 Headers = Sequence[tuple[bytes, bytes]]
-JSON = b"application/json"
-EVENTS = b"text/event-stream"
 _LIST_CHANGED = b"notifications/tools/list_changed"
 
 
@@ -85,34 +83,13 @@ async def relay_plain(upstream: HttpExchange, facts: ToolFacts, method: str, hea
                 await send({"type": "http.response.body", "body": b"", "more_body": False})
 
 
-async def read_bounded(response: Response, limit: int) -> bytes | None:
-    """The whole body, or None once it grows over ``limit`` bytes (the rest is left unread)."""
-    chunks: list[bytes] = []
-    size = 0
-    async for chunk in response.chunks():
-        size += len(chunk)
-        if size > limit:
-            return None
-        chunks.append(chunk)
-    return b"".join(chunks)
-
-
 async def read_answer(response: Response, ident: str, limit: int) -> dict[str, Any] | None:
     """The body of the response to ``ident`` in a JSON body or an event stream; None when there is none."""
     if not response.is_success:
         return None
-    content_type = (response.header(b"content-type") or b"").lower()
-    if content_type.startswith(JSON):
-        raw = await read_bounded(response, limit)
-        parsed = wire.parse(raw) if raw is not None else None
-        return parsed.body if isinstance(parsed, Message) and parsed.id == ident else None
-    splitter = sse.EventSplitter(limit)
-    async for chunk in response.chunks():
-        for event in splitter.feed(chunk):
-            data = sse.data_of(event)
-            parsed = wire.parse(data) if data is not None else None
-            if isinstance(parsed, Message) and parsed.is_response and parsed.id == ident:
-                return parsed.body
+    async for item in read_messages(response, None, limit):
+        if isinstance(item, Message) and item.is_response and item.id == ident:
+            return item.body
     return None
 
 
