@@ -59,5 +59,6 @@ echo "== ruff format --check"
 echo "== mypy"
 .venv/bin/mypy
 echo "== pytest"
-# Most tests wait on real processes starting and answering: three workers keep two cores busy.
-exec .venv/bin/pytest -n "${PYTEST_WORKERS:-3}" "$@"
+# Most tests wait on real processes starting and answering: three workers keep two cores busy, and an
+# idle worker takes tests queued on a busy one (worksteal), so the long tests do not end the run alone.
+exec .venv/bin/pytest -n "${PYTEST_WORKERS:-3}" --dist worksteal "$@"

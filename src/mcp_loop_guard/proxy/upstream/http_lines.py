@@ -80,6 +80,8 @@ class HttpLines(HttpStreams):
         self._idle.set()
         self._down_reason = ""
         self._listening: bytes | None = None
+        self._handshaken: Callable[[], None] | None = None
+        """Lets the message after the client's initialize go, once its answer is in."""
 
     @property
     def label(self) -> str:
@@ -128,15 +130,22 @@ class HttpLines(HttpStreams):
     async def _post(self, message: Message, *, task_status: anyio.abc.TaskStatus[None]) -> None:
         started = False
 
-        def sent() -> None:
+        def release() -> None:
             nonlocal started
-            if not started and not first_answer:
+            if not started:
                 started = True
                 task_status.started()
 
+        def sent() -> None:
+            if not first_answer:
+                release()
+
         # The handshake's answer carries the session id every later message needs: the next
-        # message waits for it. A notification or a response is done once the server took it.
+        # message waits for it (not for the end of its stream). A notification or a response
+        # is done once the server took it.
         first_answer = message.method == "initialize" or not message.is_request
+        if message.method == "initialize":
+            self._handshaken = release
         ident = message.id if message.is_request else None
         self._busy += 1
         self._idle = anyio.Event()
@@ -227,9 +236,11 @@ class HttpLines(HttpStreams):
             await self.on_failure(ident, reason)
 
     async def _take(self, item: Message | Oversized, sent: Message | None = None) -> None:
+        handshake = False
         if isinstance(item, Message) and item.is_response:
             ident = item.id
             if sent is not None and sent.method == "initialize" and ident == sent.id:
+                handshake = True
                 version = (item.body.get("result") or {}).get("protocolVersion")
                 self.version = version.encode() if isinstance(version, str) else None
             own = self._own.get(ident) if isinstance(ident, str) else None
@@ -238,6 +249,10 @@ class HttpLines(HttpStreams):
                 own[0].set()
                 return
         await self.on_message(item)
+        release = self._handshaken
+        if handshake and release is not None:
+            self._handshaken = None
+            release()  # the client's next message may go now, with the session id
 
     # --- the guard's own ---------------------------------------------------------------------
 
