@@ -155,10 +155,15 @@ async def test_a_server_that_forgot_the_session_is_given_the_handshake_again(
 async def test_an_unreachable_server_is_named_in_the_answer(process_marker: str) -> None:
     """Nothing listens at the URL: the client's handshake gets an error saying the upstream is unreachable."""
     url = f"http://127.0.0.1:{free_port()}/mcp"
-    unreachable = pytest.RaisesGroup(pytest.RaisesExc(MCPError, match="is unreachable"), flatten_subgroups=True)
+    unreachable = _failing_with("is unreachable")
     with anyio.fail_after(30), unreachable:
         async with Client(_stdio_guard(url, process_marker), mode="legacy"):
             pass
+
+
+def _failing_with(pattern: str) -> pytest.RaisesGroup[MCPError]:
+    """Expects the client to fail with an MCP error matching ``pattern`` (raised inside its task groups)."""
+    return pytest.RaisesGroup(pytest.RaisesExc(MCPError, match=pattern), flatten_subgroups=True)
 
 
 def _stdio_guard(url: str, marker: str) -> StdioServerParameters:
@@ -254,3 +259,27 @@ async def test_a_server_dying_in_the_middle_of_a_call_is_reported(rig: Rig, conn
     assert "127.0.0.1" in texts(crashed)[0] or "127-0-0-1" in texts(crashed)[0], texts(crashed)
     assert again.is_error, "nothing serves the URL any more"
     assert "unreachable" in texts(again)[0], texts(again)
+
+
+async def test_a_server_wanting_credentials_is_named_with_what_to_do(rig: Rig) -> None:
+    """Every request answered 401: the handshake's error says so and how to give credentials."""
+    refused = pytest.RaisesGroup(
+        pytest.RaisesExc(MCPError, match=r"HTTP 401: give its credentials"), flatten_subgroups=True
+    )
+    async with rig.raw_http("status:401") as server:
+        with anyio.fail_after(30), refused:
+            async with Client(_stdio_guard(server.mcp_url, rig.marker), mode="legacy"):
+                pass
+
+
+async def test_a_server_that_never_answers_holds_nothing_up(rig: Rig) -> None:
+    """The server takes the connection and never answers: the handshake fails at the call timeout, not later."""
+    timed_out = pytest.RaisesGroup(
+        pytest.RaisesExc(MCPError, match="did not answer initialize"), flatten_subgroups=True
+    )
+    async with rig.raw_http("silent") as server:
+        argv = guard_command([], _guard_args(server.mcp_url, "--call-timeout-seconds", "2"))
+        params = StdioServerParameters(command=argv[0], args=argv[1:], env=server_environment(rig.marker, None))
+        with anyio.fail_after(20), timed_out:
+            async with Client(params, mode="legacy"):
+                pass

@@ -16,6 +16,7 @@ from __future__ import annotations
 import logging
 import math
 from collections.abc import Awaitable, Callable, Coroutine
+from dataclasses import dataclass
 from typing import Any
 
 import anyio
@@ -38,6 +39,8 @@ __all__ = ["HttpLines"]
 _ACCEPT = (b"accept", JSON + b", " + EVENTS)
 _CONTENT = (b"content-type", JSON)
 
+HOLD = 10.0
+"""Seconds a notification or response may hold up the next message while the server takes it."""
 Failure = Callable[[RequestId, str], Awaitable[None]]
 """Answers a client request the upstream will not: its id and why."""
 
@@ -120,50 +123,49 @@ class HttpLines(HttpStreams):
     async def send_message(self, message: Message) -> None:
         """POST one message, in order: returns once it is written (a request's answer is read in its own task).
 
+        The handshake and each notification or response go on alone until the server took
+        them (the session id comes with the handshake's answer), but never for longer than
+        :data:`HOLD` (the handshake timeout for ``initialize``): a server that never answers
+        holds up no other message.
+
         Raises:
             UpstreamDownError: the upstream could not be reached.
         """
         assert self._tg is not None, "run() first"
         async with self._order:
-            await self._tg.start(self._post, message)
+            sending = _Sending(anyio.Event())
+            self._tg.start_soon(self._post, message, sending)
+            with anyio.move_on_after(self.handshake_timeout if message.method == "initialize" else HOLD):
+                await sending.released.wait()
+            sending.returned = True
+            if sending.failure is not None:
+                raise UpstreamDownError(sending.failure)
 
-    async def _post(self, message: Message, *, task_status: anyio.abc.TaskStatus[None]) -> None:
-        started = False
-
-        def release() -> None:
-            nonlocal started
-            if not started:
-                started = True
-                task_status.started()
-
+    async def _post(self, message: Message, sending: _Sending) -> None:
         def sent() -> None:
             if not first_answer:
-                release()
+                sending.released.set()
 
-        # The handshake's answer carries the session id every later message needs: the next
-        # message waits for it (not for the end of its stream). A notification or a response
-        # is done once the server took it.
         first_answer = message.method == "initialize" or not message.is_request
         if message.method == "initialize":
-            self._handshaken = release
+            self._handshaken = sending.released.set
         ident = message.id if message.is_request else None
+        if not self._busy:
+            self._idle = anyio.Event()
         self._busy += 1
-        self._idle = anyio.Event()
         try:
             await self._exchange(message, ident, sent)
         except UpstreamHttpError as error:
             self._down_reason = str(error)
-            if not started:
-                started = True
-                raise UpstreamDownError(str(error)) from None
-            if ident is not None:
+            if not sending.returned and not sending.released.is_set():
+                sending.failure = str(error)  # the caller raises it
+            elif ident is not None:
                 await self.on_failure(ident, str(error))
         finally:
             self._busy -= 1
             if not self._busy:
                 self._idle.set()
-            if not started:
-                task_status.started()
+            sending.released.set()
 
     async def _exchange(self, message: Message, ident: RequestId | None, sent: Callable[[], None]) -> None:
         body = message.raw if message.raw is not None else codec.dumps(message.body)
@@ -302,6 +304,16 @@ class HttpLines(HttpStreams):
                 self._tg.start_soon(self.on_restart)
 
 
+@dataclass
+class _Sending:
+    """One message on its way: when the next may go, and a failure its sender must raise."""
+
+    released: anyio.Event
+    failure: str | None = None
+    returned: bool = False
+    """The sender stopped waiting: a later failure is the relay's to report (``on_failure``)."""
+
+
 def _params(request: dict[str, Any]) -> dict[str, Any]:
     return {"params": request["params"]} if "params" in request else {}
 
@@ -311,6 +323,9 @@ def _nothing() -> None:
 
 
 def _no_answer(response: Response) -> str:
+    status = response.status_code
+    if status in (401, 403):
+        return f"refused the request (HTTP {status}: give its credentials with --header or the config's headers)"
     if not response.is_success:
-        return f"refused the request (HTTP {response.status_code})"
+        return f"refused the request (HTTP {status})"
     return "ended its answer without a response to the request"
