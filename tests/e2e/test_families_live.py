@@ -1,10 +1,12 @@
-"""Every loop family live through the stdio guard, and its event log replayed to the same verdicts.
+"""Every loop family live through a stdio guard process, and its event log replayed to the same verdicts.
 
-Each scenario of tests/families.py runs through a real guard process in front of a real
-fixture server, driven by the official SDK client: through the message relay (one upstream
-command) and through the SDK path (a config of two servers, tools exported as
-``server__tool``), with the event log in each of its two forms. What the model saw, what
-reached the server, what the event log says and what ``replay`` makes of it must agree.
+Each scenario of tests/families.py runs through a real guard process in front of real
+fixture servers, driven by the official SDK client, through the SDK path (a config of two
+servers, tools exported as ``server__tool``), each in one of the event log's two forms in
+turn; config overrides run through the message relay and the SDK path in both. What the
+model saw, what reached the server, what the event log says and what ``replay`` makes of it
+must agree. Every family through the message relay in both forms runs in process, in
+tests/proxy/test_families_relay.py.
 """
 
 from __future__ import annotations
@@ -97,16 +99,6 @@ async def _run(
 
 def _other(server: str) -> str:
     return "tracker" if server == "counting" else "counting"
-
-
-@pytest.mark.parametrize("form", LOG_FORMS)
-@pytest.mark.parametrize("scenario", FAMILIES, ids=_ids)
-async def test_family_through_message_relay(
-    scenario: Scenario, form: LogForm, connect: Connector, tmp_path: Path
-) -> None:
-    """Through the stdio message relay the model sees each family's verdicts, and replay agrees with the event log."""
-    source = upstream(tmp_path, scenario.server, scenario.server)
-    await _run(connect, tmp_path, [(scenario, source, "")], form, command=source.command)
 
 
 @pytest.mark.parametrize(("scenario", "form"), alternating_forms([(family.name, family) for family in FAMILIES]))

@@ -11,7 +11,7 @@ become the client's messages. Everything between those two edges is the producti
 
 from __future__ import annotations
 
-from collections import deque
+from collections import Counter, deque
 from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
@@ -29,7 +29,7 @@ from mcp.shared.message import SessionMessage
 
 from mcp_loop_guard.config import GuardConfig, StdioServer
 from mcp_loop_guard.plan import Plan, plan
-from mcp_loop_guard.proxy.downstream.agents import agent_loop, judge_for
+from mcp_loop_guard.proxy.downstream.agents import agent_loop, judge_for, opened_events
 from mcp_loop_guard.proxy.relay.judge import Judge
 from mcp_loop_guard.proxy.relay.pipe import Pipe
 from mcp_loop_guard.proxy.upstream.child import ChildProcess
@@ -77,14 +77,24 @@ class _In:
     def __init__(self, send: MemoryObjectSendStream[SessionMessage | Exception]) -> None:
         self.send = send
         self.lines = LineReader(64 * 1024 * 1024)
+        self.called: Counter[str] = Counter()
+        """Per tool, the tools/call that reached the server (what a wiretap would count)."""
 
     async def write(self, data: bytes | memoryview) -> None:
         try:
             for line in self.lines.feed(bytes(data)):
                 assert isinstance(line, bytes)
-                await self.send.send(_message(line))
+                message = _message(line)
+                if isinstance(message, SessionMessage):
+                    self._count(message)
+                await self.send.send(message)
         except (anyio.ClosedResourceError, anyio.BrokenResourceError):
             raise BrokenPipeError(32, "the in-process server stopped reading") from None
+
+    def _count(self, message: SessionMessage) -> None:
+        body = message.message
+        if isinstance(body, types.JSONRPCRequest) and body.method == "tools/call" and isinstance(body.params, dict):
+            self.called[str(body.params.get("name"))] += 1
 
 
 @dataclass(eq=False)
@@ -178,13 +188,26 @@ def guard_plan(**settings: Any) -> Plan:
 
 @asynccontextmanager
 async def guarded(server: AnyServer, **settings: Any) -> AsyncIterator[tuple[TransportStreams, GuardedSession]]:
-    """Client streams reaching ``server`` through the production relay; the session behind them."""
+    """Client streams reaching ``server`` through the production relay; the session behind them.
+
+    Settings come from ``settings`` (field names) and the environment (``LOOP_GUARD_*``), as
+    the guard's own; an event log is written when they name one.
+    """
     the_plan = guard_plan(**settings)
-    spec = the_plan.single_stdio
-    assert spec is not None
     health = StoreHealth("memory")
     agent = agent_loop(the_plan, MemoryStore(), health, "inproc-agent")
-    judge = judge_for(the_plan, agent, label="inproc-agent", events=None)
+    async with opened_events(the_plan) as events:
+        judge = judge_for(the_plan, agent, label="inproc-agent", events=events)
+        async with _relayed(server, the_plan, judge) as relayed:
+            yield relayed
+
+
+@asynccontextmanager
+async def _relayed(
+    server: AnyServer, the_plan: Plan, judge: Judge
+) -> AsyncIterator[tuple[TransportStreams, GuardedSession]]:
+    spec = the_plan.single_stdio
+    assert spec is not None
     to_client, client_read = anyio.create_memory_object_stream[SessionMessage | Exception](64)
     client_write, from_client = anyio.create_memory_object_stream[SessionMessage](64)
     async with running(server) as child, anyio.create_task_group() as tg:
