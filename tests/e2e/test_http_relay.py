@@ -372,3 +372,13 @@ async def test_made_up_session_ids_get_404_and_push_no_session_out(rig: Rig, tmp
     assert [response.status_code for response in made_up] == [404] * 20
     assert [payload_verdict(payload_for(response, 1)) for response in [*first, third]] == [None, None, "warn"]
     assert len(counted_calls(tmp_path / "calls.jsonl", "echo")) == 3
+
+
+async def test_an_upstream_endpoint_redirected_on_its_own_origin_is_followed(rig: Rig, tmp_path: Path) -> None:
+    """The configured URL answers 307 to its normal form (``/mcp/`` to ``/mcp``): the guard follows it."""
+    async with rig.counting_http(tmp_path / "calls.jsonl") as counting:
+        config = rig.config({"counting": {"type": "http", "url": counting.mcp_url + "/"}})
+        async with rig.guard(["--config", str(config)]) as guard, Client(guard.mcp_url, mode="legacy") as client:
+            with anyio.fail_after(20):
+                echoed = await client.call_tool("echo", {"text": "moved?"})
+    assert texts(echoed) == ["moved?"]

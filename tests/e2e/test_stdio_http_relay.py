@@ -283,3 +283,18 @@ async def test_a_server_that_never_answers_holds_nothing_up(rig: Rig) -> None:
         with anyio.fail_after(20), timed_out:
             async with Client(params, mode="legacy"):
                 pass
+
+
+async def test_an_endpoint_redirected_on_its_own_origin_is_followed(rig: Rig, tmp_path: Path) -> None:
+    """``/mcp/`` answers 307 to ``/mcp`` (a trailing-slash rule): followed, as the SDK client follows it."""
+    async with rig.counting_http(tmp_path / "calls.jsonl") as counting:
+        url = counting.mcp_url + "/"
+        direct = await _echo(Client(url, mode="legacy"))
+        guarded = await _echo(Client(_stdio_guard(url, rig.marker), mode="legacy"))
+    assert direct == guarded == ["moved?"]
+
+
+async def _echo(client: Client) -> list[str]:
+    async with client:
+        with anyio.fail_after(20):
+            return texts(await client.call_tool("echo", {"text": "moved?"}))

@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
+from urllib.parse import urljoin, urlsplit
 
 from mcp_loop_guard.config import HttpServer
 from mcp_loop_guard.proxy.upstream.http11 import Http11Error, Http11Pool, Response
@@ -41,6 +42,10 @@ _HOP_BY_HOP = frozenset(
     }
 )
 """Response headers the guard's own HTTP server writes, or that describe the upstream's framing only."""
+
+
+MAX_REDIRECTS = 5
+"""Redirects followed for one request, as the SDK's client follows them (same origin, same method)."""
 
 
 class UpstreamHttpError(Exception):
@@ -93,11 +98,44 @@ class HttpExchange:
         """
         kept = [(key, value) for key, value in headers if key in FORWARDED_REQUEST_HEADERS or key.startswith(b"mcp-")]
         try:
-            async with self.pool.request(method, kept, body, sent=sent) as response:
-                yield response
+            for _ in range(MAX_REDIRECTS):
+                async with self.pool.request(method, kept, body, sent=sent) as response:
+                    target = self._redirected(method, response)
+                    if target is None:
+                        yield response
+                        return
+                    async for _chunk in response.chunks():
+                        pass
+                logger.info("upstream %r moved its endpoint to %s; following it from now on", self.name, target)
+                self.pool.target = target
+            raise UpstreamHttpError(f"upstream {self.name!r} redirected more than {MAX_REDIRECTS} times in a row")
         except Http11Error as error:
             how = "is unreachable" if error.connect else "broke off its answer"
             raise UpstreamHttpError(f"upstream {self.name!r} {how} ({error})") from None
+
+    def _redirected(self, method: str, response: Response) -> str | None:
+        """The new path of a redirect to follow: on the endpoint's own origin, keeping the method; else None.
+
+        A trailing-slash normalisation (``/mcp`` to ``/mcp/``) is the common case; a redirect
+        elsewhere is not followed, and reaches whoever made the request as it came.
+        """
+        status = response.status_code
+        if status not in (307, 308) and not (method == "GET" and status in (301, 302, 303)):
+            return None
+        location = response.header(b"location")
+        if location is None:
+            return None
+        pool = self.pool
+        current = f"{'https' if pool.secure else 'http'}://{pool.authority.decode()}{pool.target}"
+        moved = urlsplit(urljoin(current, location.decode("latin-1")))
+        default = 443 if moved.scheme == "https" else 80
+        if (
+            (moved.scheme == "https") != pool.secure
+            or moved.hostname != pool.host
+            or (moved.port or default) != pool.port
+        ):
+            return None
+        return (moved.path or "/") + (f"?{moved.query}" if moved.query else "")
 
 
 def _with_identity(headers: Mapping[str, str]) -> dict[str, str]:
