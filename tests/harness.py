@@ -225,6 +225,28 @@ ROOT_URI = "file:///tmp/e2e-root"
 """The one root the client's roots callback lists."""
 
 
+@dataclass(frozen=True)
+class EverythingTour:
+    """What a client gets from server-everything's basics: its tools, two results, a resource, its prompts."""
+
+    tools: types.ListToolsResult
+    echoed: types.CallToolResult
+    summed: types.CallToolResult
+    resources: types.ListResourcesResult
+    read: types.ReadResourceResult
+    prompts: types.ListPromptsResult
+
+
+async def everything_tour(session: ClientSession) -> EverythingTour:
+    """Lists server-everything's tools, resources and prompts, calls ``echo`` and ``get-sum``, reads a resource."""
+    tools = await session.list_tools()
+    echoed = await session.call_tool("echo", {"message": "hello"})
+    summed = await session.call_tool("get-sum", {"a": 2, "b": 3})
+    resources = await session.list_resources()
+    read = await session.read_resource(resources.resources[0].uri)
+    return EverythingTour(tools, echoed, summed, resources, read, await session.list_prompts())
+
+
 @dataclass
 class ClientUser:
     """Stands in for the model and the user behind a client: answers sampling, elicitation and roots."""

@@ -21,7 +21,7 @@ from mcp import Client
 from mcp.client.subscriptions import ToolsListChanged
 from mcp.shared.exceptions import MCPError
 
-from tests.harness import VERDICT_KEY, ClientUser, Inbox, action, counted_calls, texts, wire
+from tests.harness import VERDICT_KEY, ClientUser, Inbox, action, counted_calls, everything_tour, texts, wire
 from tests.http_harness import (
     SESSION_HEADER,
     Rig,
@@ -70,22 +70,16 @@ async def everything_url(rig: Rig, mode: Mode, *args: str) -> AsyncIterator[tupl
 async def test_identity_tools_and_results(rig: Rig, mode: Mode) -> None:
     """The server's identity, capabilities, tools, resources, prompts and results reach the client as it gave them."""
     async with everything_url(rig, mode) as (url, _), open_http_session(url) as opened:
-        session = opened.session
         with anyio.fail_after(20):
-            tools = await session.list_tools()
-            echoed = await session.call_tool("echo", {"message": "hello"})
-            summed = await session.call_tool("get-sum", {"a": 2, "b": 3})
-            resources = await session.list_resources()
-            read = await session.read_resource(resources.resources[0].uri)
-            prompts = await session.list_prompts()
+            tour = await everything_tour(opened.session)
     assert opened.initialize.server_info.name == "mcp-servers/everything"
     assert opened.initialize.capabilities.tools is not None
-    assert {"echo", "get-sum", LONG_RUNNING} <= {tool.name for tool in tools.tools}
-    assert texts(echoed) == ["Echo: hello"]
-    assert not summed.is_error
-    assert "5" in texts(summed)[0]
-    assert read.contents
-    assert prompts.prompts
+    assert {"echo", "get-sum", LONG_RUNNING} <= {tool.name for tool in tour.tools.tools}
+    assert texts(tour.echoed) == ["Echo: hello"]
+    assert not tour.summed.is_error
+    assert "5" in texts(tour.summed)[0]
+    assert tour.read.contents
+    assert tour.prompts.prompts
 
 
 LONG_RUNNING = "trigger-long-running-operation"

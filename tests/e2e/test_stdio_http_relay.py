@@ -26,6 +26,7 @@ from tests.harness import (
     Inbox,
     action,
     counted_calls,
+    everything_tour,
     fixture_command,
     guard_command,
     server_environment,
@@ -54,21 +55,16 @@ async def _facts(session: ClientSession, user: ClientUser) -> dict[str, Any]:
         # The server adds its sampling tool once it has seen the client's capabilities.
         while "trigger-sampling-request" not in {tool.name for tool in (await session.list_tools()).tools}:  # noqa: ASYNC110 - asking is the only way to know
             await anyio.sleep(0.05)
-        tools = await session.list_tools()
-        echoed = await session.call_tool("echo", {"message": "hello"})
-        summed = await session.call_tool("get-sum", {"a": 2, "b": 3})
-        resources = await session.list_resources()
-        read = await session.read_resource(resources.resources[0].uri)
-        prompts = await session.list_prompts()
+        tour = await everything_tour(session)
         finished = await session.call_tool(LONG_RUNNING, {"duration": 1, "steps": 3}, progress_callback=on_progress)
         sampled = await session.call_tool("trigger-sampling-request", {"prompt": "Name a colour", "maxTokens": 5})
     return {
-        "tools": [tool.model_dump(mode="json") for tool in tools.tools],
-        "echo": texts(echoed),
-        "sum": texts(summed),
-        "resources": [resource.model_dump(mode="json") for resource in resources.resources],
-        "read": [content.model_dump(mode="json") for content in read.contents],
-        "prompts": [prompt.model_dump(mode="json") for prompt in prompts.prompts],
+        "tools": [tool.model_dump(mode="json") for tool in tour.tools.tools],
+        "echo": texts(tour.echoed),
+        "sum": texts(tour.summed),
+        "resources": [resource.model_dump(mode="json") for resource in tour.resources.resources],
+        "read": [content.model_dump(mode="json") for content in tour.read.contents],
+        "prompts": [prompt.model_dump(mode="json") for prompt in tour.prompts.prompts],
         "progress": progress,
         "long-running": (finished.is_error, len(texts(finished))),
         "sampled": (sampled.is_error, len(user.sampling_requests)),
