@@ -29,7 +29,9 @@ __all__ = [
     "error",
     "own_request_id",
     "parse",
+    "response_id",
     "top_level_id",
+    "with_id",
 ]
 
 PARSE_ERROR: Final = -32700
@@ -104,6 +106,34 @@ class BadLine:
     """The error response to send back; None when none is due (a broken response)."""
     response_to: RequestId | None = None
     """For a broken response: the id of the request it answers, when readable."""
+
+
+_ID_HEAD = re.compile(rb'^\s*\{\s*(?:"jsonrpc"\s*:\s*"2\.0"\s*,\s*)?"id"\s*:\s*(-?\d+|"(?:[^"\\]|\\.)*")')
+_ID_TAIL = re.compile(rb'"id"\s*:\s*(-?\d+|"(?:[^"\\]|\\.)*")\s*\}\s*$')
+
+
+def with_id(message: Message, ident: RequestId) -> Message:
+    """The message with another top-level ``id``, its other bytes untouched where the id can be found in them.
+
+    SDKs write the id first (after ``jsonrpc``) or last, where an anchored match finds the
+    top-level member and no nested one: a large result keeps its bytes. Elsewhere the body
+    is written anew.
+    """
+    old, raw = message.body.get("id"), message.raw
+    message.body["id"] = ident
+    if raw is None:
+        return message
+    found = _ID_HEAD.match(raw) or _ID_TAIL.search(raw, max(0, len(raw) - 512))
+    if found is None or _id_value(found.group(1), 0) != old:  # a duplicate "id" member: the parsed one won
+        return message.changed()
+    message.raw = raw[: found.start(1)] + codec.dumps(ident) + raw[found.end(1) :]
+    return message
+
+
+def response_id(raw: bytes) -> RequestId | None:
+    """The top-level id of a message too large to parse again: where SDKs write it, else found by a scan."""
+    found = _ID_HEAD.match(raw) or _ID_TAIL.search(raw, max(0, len(raw) - 512))
+    return _id_value(found.group(1), 0) if found is not None else top_level_id(raw)
 
 
 def own_request_id() -> str:
