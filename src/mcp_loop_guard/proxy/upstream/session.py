@@ -26,6 +26,7 @@ from pydantic import BaseModel, TypeAdapter, ValidationError
 
 from mcp_loop_guard.proxy.compat import MirrorSession, ReadStream, WriteStream, connection_closed
 from mcp_loop_guard.proxy.upstream.child import ChildProcess
+from mcp_loop_guard.proxy.upstream.mux import Mux
 from mcp_loop_guard.proxy.wire import messages as wire
 
 logger = logging.getLogger(__name__)
@@ -97,6 +98,8 @@ class Upstream:
             message_handler=self.on_message,
         )
         self.downstream: Downstream | None = None
+        self.mux: Mux | None = None
+        """A stdio child's stdio, which relayed sessions share with this SDK session."""
         self.initialize_result: types.InitializeResult | None = None
         self._connect_lock = anyio.Lock()
 

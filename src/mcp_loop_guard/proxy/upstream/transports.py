@@ -22,54 +22,55 @@ from pydantic import ValidationError
 
 from mcp_loop_guard.config import StdioServer, redact_url
 from mcp_loop_guard.proxy.compat import MCP_DEFAULT_SSE_READ_TIMEOUT, MCP_DEFAULT_TIMEOUT
+from mcp_loop_guard.proxy.upstream.channel import UpstreamDownError
 from mcp_loop_guard.proxy.upstream.child import ChildProcess, spawn
+from mcp_loop_guard.proxy.upstream.mux import Mux
 from mcp_loop_guard.proxy.upstream.session import Upstream, UpstreamGoneError, brief
 from mcp_loop_guard.proxy.upstream.tls import CONNECT_TIMEOUT, tls_context
 from mcp_loop_guard.proxy.wire import messages as wire
-from mcp_loop_guard.proxy.wire.lines import LineReader, Oversized
+from mcp_loop_guard.proxy.wire.lines import Oversized
+from mcp_loop_guard.proxy.wire.messages import Message
 
 logger = logging.getLogger(__name__)
 
 
-async def _pump_out(
-    child: ChildProcess, send: MemoryObjectSendStream[SessionMessage | Exception], max_bytes: int
-) -> None:
-    """The child's stdout lines as SDK messages; what cannot be one is answered or skipped, never fatal."""
-    lines = LineReader(max_bytes)
-    junk = 0
-    async with send:
-        with suppress(OSError, anyio.BrokenResourceError, anyio.ClosedResourceError):
-            while chunk := await child.from_child.read():
-                for line in lines.feed(chunk):
-                    message, is_junk = _as_session_message(line, child, max_bytes)
-                    junk += is_junk
-                    if is_junk and junk == 1:
-                        logger.warning(
-                            "upstream `%s` wrote a line to stdout that is not JSON-RPC; ignoring it and any later ones",
-                            child.label,
-                        )
-                    if message is not None:
-                        await send.send(message)
+class _ToSession:
+    """What the shared child sends the SDK session, as SDK messages; what cannot be one is answered or skipped."""
+
+    def __init__(self, child: ChildProcess, send: MemoryObjectSendStream[SessionMessage | Exception], max_bytes: int):
+        self.child = child
+        self.send = send
+        self.max_bytes = max_bytes
+        self.junk = 0
+
+    async def __call__(self, item: Message | wire.BadLine | Oversized) -> None:
+        message, is_junk = _as_session_message(item, self.child, self.max_bytes)
+        self.junk += is_junk
+        if is_junk and self.junk == 1:
+            logger.warning(
+                "upstream `%s` wrote a line to stdout that is not JSON-RPC; ignoring it and any later ones",
+                self.child.label,
+            )
+        if message is not None:
+            with suppress(anyio.BrokenResourceError, anyio.ClosedResourceError):
+                await self.send.send(message)
 
 
 def _as_session_message(  # noqa: PLR0911 - one return per kind of line
-    line: bytes | Oversized, child: ChildProcess, max_bytes: int
+    parsed: Message | wire.BadLine | Oversized, child: ChildProcess, max_bytes: int
 ) -> tuple[SessionMessage | None, bool]:
     """A line as an SDK message (or the error standing in for it); None with True for junk."""
-    if isinstance(line, Oversized):
+    if isinstance(parsed, Oversized):
         logger.warning(
-            "upstream `%s` sent a %d-byte message (limit %d); not relayed", child.label, line.size, max_bytes
+            "upstream `%s` sent a %d-byte message (limit %d); not relayed", child.label, parsed.size, max_bytes
         )
-        if line.request_id is None:
+        if parsed.request_id is None:
             return None, False
         why = (
-            f"the upstream's answer of {line.size} bytes is over the limit of {max_bytes} "
+            f"the upstream's answer of {parsed.size} bytes is over the limit of {max_bytes} "
             "(LOOP_GUARD_MAX_MESSAGE_BYTES); it was not relayed"
         )
-        return _error_message(line.request_id, why, "too-large"), False
-    parsed = wire.parse(line)
-    if parsed is None:
-        return None, False
+        return _error_message(parsed.request_id, why, "too-large"), False
     if isinstance(parsed, wire.BadLine):
         if parsed.response_to is None:
             return None, True
@@ -90,24 +91,41 @@ def _error_message(request_id: wire.RequestId, message: str, fault: str) -> Sess
     return SessionMessage(types.JSONRPCError(jsonrpc="2.0", id=request_id, error=error))
 
 
-async def _pump_in(child: ChildProcess, receive: MemoryObjectReceiveStream[SessionMessage]) -> None:
-    """SDK messages to the child's stdin, one line each; a dead child's input is drained and dropped."""
+async def _pump_in(mux: Mux, receive: MemoryObjectReceiveStream[SessionMessage]) -> None:
+    """SDK messages to the shared child, one line each; a dead child's input is drained and dropped."""
     async with receive:
         try:
             async for message in receive:
-                await child.to_child.write(
-                    message.message.model_dump_json(by_alias=True, exclude_unset=True).encode() + b"\n"
-                )
-        except OSError:
+                root = message.message
+                line = root.model_dump_json(by_alias=True, exclude_unset=True).encode() + b"\n"
+                request = root.id if isinstance(root, types.JSONRPCRequest) else None
+                cancelled = None
+                if isinstance(root, types.JSONRPCNotification) and root.method == "notifications/cancelled":
+                    cancelled = (root.params or {}).get("requestId")
+                await mux.from_primary(line, request=request, method=getattr(root, "method", None), cancelled=cancelled)
+        except UpstreamDownError:
             async for _ in receive:
                 pass
         finally:
-            child.close_stdin()
+            mux.child.close_stdin()
+
+
+async def _read_child(mux: Mux, send: MemoryObjectSendStream[SessionMessage | Exception]) -> None:
+    """Route the child's output until it ends; then its relayed sessions are told why."""
+    async with send:
+        await mux.read()
+        with anyio.move_on_after(1.0):  # the exit status arrives a moment after stdout closes
+            await mux.child.exited.wait()
+        reason = f"upstream `{mux.child.label}` {mux.child.describe_exit()}"
+        await mux.close(reason)
 
 
 @asynccontextmanager
 async def open_stdio_upstream(spec: StdioServer, *, max_bytes: int) -> AsyncIterator[Upstream]:
     """Start the upstream command; the MCP handshake waits for :meth:`Upstream.connect`.
+
+    The child's stdio is a :class:`Mux`: relayed sessions share it with the SDK session
+    (``upstream.mux``).
 
     Raises:
         UpstreamStartError: the command cannot be started.
@@ -119,14 +137,17 @@ async def open_stdio_upstream(spec: StdioServer, *, max_bytes: int) -> AsyncIter
         async with anyio.create_task_group() as tg:
             tg.start_soon(child.watch)
             tg.start_soon(child.relay_stderr)
-            tg.start_soon(_pump_out, child, read_send, max_bytes)
-            tg.start_soon(_pump_in, child, write_receive)
+            mux = Mux(child, _ToSession(child, read_send, max_bytes), max_bytes=max_bytes)
+            tg.start_soon(_read_child, mux, read_send)
+            tg.start_soon(_pump_in, mux, write_receive)
             upstream = Upstream(spec.name, read_receive, write_send, child=child)
+            upstream.mux = mux
             try:
                 async with upstream.session:
                     yield upstream
             finally:
                 write_send.close()
+                await mux.close(upstream.gone_reason() or f"upstream {upstream.label} was stopped")
                 await child.stop()
                 tg.cancel_scope.cancel()
     finally:

@@ -1,0 +1,288 @@
+"""One stdio child shared by every session of an HTTP guard: the SDK's connection to it, and relayed sessions.
+
+A child has one JSON-RPC connection. The guard's own SDK session (the *primary*) opens it
+with the handshake and serves the SDK-based paths (2026-07-28 clients, legacy SSE); each
+relayed session (a :class:`MuxView`) sends its messages through the same connection as they
+came, with its request ids and progress tokens replaced by ids of the guard's own, and gets
+back what is its own with the client's ids restored (a result keeps its bytes). The view's
+``initialize`` is answered with the child's own answer to the primary's, so the child sees
+one handshake however many clients come and go.
+
+What the child sends is routed: an answer, progress and a cancellation to whoever asked; a
+request (sampling, elicitation, roots) to the one session with requests in flight, refused
+when several have (the child gives no way to tell which one asked); any other notification
+to everyone (``resources/updated`` only to the sessions that subscribed to that resource).
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import secrets
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any
+
+import anyio
+import anyio.abc
+
+from mcp_loop_guard.proxy.upstream.channel import UpstreamDownError
+from mcp_loop_guard.proxy.upstream.child import ChildProcess
+from mcp_loop_guard.proxy.wire import messages as wire
+from mcp_loop_guard.proxy.wire.lines import LineReader, Oversized
+from mcp_loop_guard.proxy.wire.messages import BadLine, Message, RequestId
+
+if TYPE_CHECKING:
+    from mcp_loop_guard.proxy.upstream.mux_view import MuxView
+
+__all__ = ["Item", "Mux"]
+
+logger = logging.getLogger(__name__)
+
+Item = Message | BadLine | Oversized
+UPDATED = "notifications/resources/updated"
+
+
+class Mux:
+    """The child's stdio, shared by the primary SDK session and any number of relayed views."""
+
+    def __init__(self, child: ChildProcess, to_primary: Callable[[Item], Awaitable[None]], *, max_bytes: int) -> None:
+        """``to_primary`` takes what is the SDK session's: answers to its requests and every broadcast."""
+        self.child = child
+        self.to_primary = to_primary
+        self.max_bytes = max_bytes
+        self.views: set[MuxView] = set()
+        self.identity: dict[str, Any] | None = None
+        """The child's answer to the primary's ``initialize`` (its result, as it sent it)."""
+        self.ready = anyio.Event()
+        self.closed: str | None = None
+        self._nonce = f"mlg-{secrets.token_hex(3)}-"
+        self._ids = itertools.count(1)
+        self._routes: dict[str, tuple[MuxView, RequestId]] = {}
+        """Our id of a relayed request -> its view and the client's id."""
+        self._tokens: dict[str, tuple[MuxView, object]] = {}
+        """Our progress token -> its view and the client's token."""
+        self._asked: dict[RequestId, MuxView] = {}
+        """The child's requests routed to a view, until answered."""
+        self._own: dict[str, tuple[anyio.Event, list[dict[str, Any]]]] = {}
+        self._primary_open: set[RequestId] = set()
+        self._handshake: RequestId | None = None
+
+    # --- the child's output ------------------------------------------------------------------
+
+    async def read(self) -> None:
+        """Route the child's output until it ends."""
+        lines = LineReader(self.max_bytes)
+        try:
+            while chunk := await self.child.from_child.read():
+                for line in lines.feed(chunk):
+                    item = line if isinstance(line, Oversized) else wire.parse(line)
+                    if item is not None:
+                        await self._route(item)
+        except OSError as error:
+            logger.debug("reading upstream stdout failed: %s", error)
+
+    async def _route(self, item: Item) -> None:
+        if isinstance(item, Oversized):
+            await self._answer(item.request_id, item)
+        elif isinstance(item, BadLine):
+            await self._answer(item.response_to, item)
+        elif item.is_response:
+            await self._answer(item.id, item)
+        elif item.is_request:
+            await self._child_request(item)
+        else:
+            await self._notification(item)
+
+    async def _answer(self, ident: RequestId | None, item: Item) -> None:
+        if isinstance(ident, str) and ident.startswith(self._nonce):
+            own = self._own.pop(ident, None)
+            if own is not None:
+                if isinstance(item, Message):
+                    own[1].append(item.body)
+                own[0].set()
+                return
+            route = self._routes.pop(ident, None)
+            if route is not None:
+                view, client_id = route
+                view.open.pop(client_id, None)
+                if isinstance(item, Message):
+                    item = wire.with_id(item, client_id)
+                elif isinstance(item, Oversized):
+                    item = Oversized(item.size, client_id)
+                else:
+                    item = BadLine(item.problem, item.reply, client_id)
+                await view.deliver(item)
+            return
+        if ident is not None:
+            self._primary_open.discard(ident)
+            if ident == self._handshake and isinstance(item, Message):
+                result = item.body.get("result")
+                if isinstance(result, dict):
+                    self.identity = result
+                    self.ready.set()
+        await self.to_primary(item)
+
+    async def _child_request(self, message: Message) -> None:
+        asking = [view for view in self.views if view.open]
+        if not asking:
+            await self.to_primary(message)  # the SDK session routes it among its own clients, or refuses it
+            return
+        if len(asking) == 1 and not self._primary_open:
+            ident = message.id
+            assert ident is not None
+            self._asked[ident] = asking[0]
+            await asking[0].deliver(message)
+            return
+        refusal = wire.error(
+            message.id,
+            wire.INVALID_REQUEST,
+            "cannot route this request from a shared upstream: several clients have requests in flight",
+        )
+        await self.write(refusal.line())
+
+    async def _notification(self, message: Message) -> None:
+        method = message.method
+        params = message.body.get("params")
+        params = params if isinstance(params, dict) else {}
+        if method == "notifications/progress":
+            token = params.get("progressToken")
+            route = self._tokens.get(token) if isinstance(token, str) else None
+            if route is not None:
+                view, client_token = route
+                message.body["params"] = {**params, "progressToken": client_token}
+                await view.deliver(message.changed())
+                return
+            await self.to_primary(message)
+            return
+        if method == "notifications/cancelled":
+            asked = self._asked.pop(params.get("requestId"), None)  # type: ignore[arg-type]
+            if asked is not None:
+                await asked.deliver(message)
+                return
+            await self.to_primary(message)
+            return
+        await self.to_primary(message)
+        uri = params.get("uri")
+        for view in list(self.views):
+            if method != UPDATED or uri in view.subscribed:
+                await view.deliver(message)
+
+    # --- into the child ----------------------------------------------------------------------
+
+    async def write(self, line: bytes) -> None:
+        """One line to the child, in order with every other writer's.
+
+        Raises:
+            UpstreamDownError: the child is gone or stopped reading.
+        """
+        if self.closed is not None:
+            raise UpstreamDownError(self.closed)
+        try:
+            await self.child.to_child.write(line)
+        except OSError as error:
+            raise UpstreamDownError(
+                f"upstream `{self.child.label}` stopped reading its input ({error.strerror or error})"
+            ) from None
+
+    async def from_primary(
+        self, line: bytes, *, request: RequestId | None, method: str | None, cancelled: object = None
+    ) -> None:
+        """A line of the SDK session's (whose ids are never ours).
+
+        ``request``: its id when it is a request; ``cancelled``: the id a cancellation names.
+        """
+        if request is not None:
+            self._primary_open.add(request)
+            if method == "initialize":
+                self._handshake = request
+        elif isinstance(cancelled, str | int):
+            self._primary_open.discard(cancelled)
+        await self.write(line)
+
+    def new_id(self) -> str:
+        """An id of our own, unique on this child."""
+        return f"{self._nonce}{next(self._ids)}"
+
+    async def relay_request(self, view: MuxView, message: Message) -> None:
+        """A view's request, under an id (and progress token) of ours."""
+        client_id = message.id
+        assert client_id is not None
+        ours = self.new_id()
+        params = message.body.get("params")
+        meta = params.get("_meta") if isinstance(params, dict) else None
+        if isinstance(params, dict) and isinstance(meta, dict) and "progressToken" in meta:
+            token = self.new_id()
+            self._tokens[token] = (view, meta["progressToken"])
+            view.tokens[client_id] = token
+            message.body["params"] = {**params, "_meta": {**meta, "progressToken": token}}
+            message.changed()
+        self._routes[ours] = (view, client_id)
+        view.open[client_id] = ours
+        try:
+            await self.write(wire.with_id(message, ours).line())
+        except UpstreamDownError:
+            self.forget(view, client_id)
+            raise
+
+    def forget(self, view: MuxView, client_id: RequestId) -> None:
+        """A view's request is over without the child's answer (cancelled, failed)."""
+        ours = view.open.pop(client_id, None)
+        if ours is not None:
+            self._routes.pop(ours, None)
+        token = view.tokens.pop(client_id, None)
+        if token is not None:
+            self._tokens.pop(token, None)
+
+    def answered(self, view: MuxView, client_id: RequestId) -> None:
+        """The child answered a view's request: its progress token is done too."""
+        token = view.tokens.pop(client_id, None)
+        if token is not None:
+            self._tokens.pop(token, None)
+
+    def answered_child(self, ident: RequestId) -> None:
+        """A view answered one of the child's requests."""
+        self._asked.pop(ident, None)
+
+    async def ask(self, method: str, params: Any, *, within: float) -> dict[str, Any] | None:
+        """A request of the guard's own (a view learning the tools): the answer's body, or None."""
+        ident = self.new_id()
+        done, answers = anyio.Event(), list[dict[str, Any]]()
+        self._own[ident] = (done, answers)
+        body: dict[str, Any] = {"jsonrpc": "2.0", "id": ident, "method": method}
+        if params is not None:
+            body["params"] = params
+        try:
+            await self.write(Message(body).line())
+            with anyio.move_on_after(within):
+                await done.wait()
+        except UpstreamDownError:
+            return None
+        finally:
+            self._own.pop(ident, None)
+        return answers[0] if answers else None
+
+    # --- life --------------------------------------------------------------------------------
+
+    def attach(self, view: MuxView) -> None:
+        """A relayed session uses this child from now on."""
+        self.views.add(view)
+        view.mux = self
+
+    def detach(self, view: MuxView) -> None:
+        """A relayed session ended."""
+        self.views.discard(view)
+        for client_id in list(view.open):
+            self.forget(view, client_id)
+        if view.mux is self:
+            view.mux = None
+
+    async def close(self, reason: str) -> None:
+        """The child is gone: every view's requests in flight get ``reason``; own requests end."""
+        if self.closed is not None:
+            return
+        self.closed = reason
+        for done, _ in self._own.values():
+            done.set()
+        for view in list(self.views):
+            self.detach(view)
+            await view.gone(reason)
