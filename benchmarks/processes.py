@@ -65,17 +65,14 @@ class GuardBuild:
 
     def http_command(self, port: int, upstream_url: str) -> list[str]:
         """The guard serving streamable HTTP on ``port`` in front of an HTTP upstream."""
-        return [
-            sys.executable,
-            "-m",
-            "mcp_loop_guard",
-            "--transport",
-            "http",
-            "--port",
-            str(port),
-            "--upstream",
-            upstream_url,
-        ]
+        return [*self._http(port), "--upstream", upstream_url]
+
+    def http_stdio_command(self, port: int, upstream: Sequence[str]) -> list[str]:
+        """The guard serving streamable HTTP on ``port`` in front of one stdio server, shared by every session."""
+        return [*self._http(port), "--", *upstream]
+
+    def _http(self, port: int) -> list[str]:
+        return [sys.executable, "-m", "mcp_loop_guard", "--transport", "http", "--port", str(port)]
 
 
 def guard_builds(refs: Sequence[str], scratch: Path) -> list[GuardBuild]:

@@ -263,6 +263,12 @@ async def _http(run: Run, task: TaskID) -> None:
             guard = await stack.enter_async_context(background_server(command, guard_port, run.log, build.env))
             url = f"http://127.0.0.1:{guard_port}/mcp"
             targets.append(http_load.HttpTarget(build.label, url, guard, "HTTP to HTTP"))
+            guard_port = free_port()
+            command = build.http_stdio_command(guard_port, everything_stdio)
+            guard = await stack.enter_async_context(background_server(command, guard_port, run.log, build.env))
+            url = f"http://127.0.0.1:{guard_port}/mcp"
+            note = "HTTP to stdio: one server-everything process shared by all sessions"
+            targets.append(http_load.HttpTarget(f"{build.label} · stdio", url, guard, note))
         if (reason := run.peer_skips[FASTMCP]) is not None:
             run.skip("http", case, FASTMCP, reason)
         else:

@@ -217,6 +217,7 @@ class Callbacks:
         )
 
 
+EVERYTHING_LONG_RUNNING = "trigger-long-running-operation"
 SAMPLED_TEXT = "Sampled by the e2e client."
 """What the client's sampling callback answers."""
 ELICITED_NAME = "Ada Lovelace"
@@ -279,6 +280,35 @@ class ClientUser:
         return Callbacks(
             sampling=self.sample, elicitation=self.elicit, list_roots=self.list_roots, message_handler=inbox
         )
+
+
+async def everything_facts(session: ClientSession, user: ClientUser) -> dict[str, Any]:
+    """What a client learns from server-everything: tools, results, resources, prompts, progress, sampling."""
+    progress: list[float] = []
+
+    async def on_progress(value: float, total: float | None, message: str | None) -> None:
+        progress.append(value)
+
+    with anyio.fail_after(30):
+        # The server adds its sampling tool once it has seen the client's capabilities.
+        while "trigger-sampling-request" not in {tool.name for tool in (await session.list_tools()).tools}:  # noqa: ASYNC110 - asking is the only way to know
+            await anyio.sleep(0.05)
+        tour = await everything_tour(session)
+        finished = await session.call_tool(
+            EVERYTHING_LONG_RUNNING, {"duration": 1, "steps": 3}, progress_callback=on_progress
+        )
+        sampled = await session.call_tool("trigger-sampling-request", {"prompt": "Name a colour", "maxTokens": 5})
+    return {
+        "tools": [tool.model_dump(mode="json") for tool in tour.tools.tools],
+        "echo": texts(tour.echoed),
+        "sum": texts(tour.summed),
+        "resources": [resource.model_dump(mode="json") for resource in tour.resources.resources],
+        "read": [content.model_dump(mode="json") for content in tour.read.contents],
+        "prompts": [prompt.model_dump(mode="json") for prompt in tour.prompts.prompts],
+        "progress": progress,
+        "long-running": (finished.is_error, len(texts(finished))),
+        "sampled": (sampled.is_error, len(user.sampling_requests)),
+    }
 
 
 @dataclass

@@ -376,15 +376,17 @@ def serve_everything_http(*, marker: str, stderr: Path) -> AbstractAsyncContextM
 
 
 def initialize_body(
-    client_name: str = "mcp-loop-guard-e2e", capabilities: Mapping[str, Any] | None = None
+    client_name: str = "mcp-loop-guard-e2e",
+    capabilities: Mapping[str, Any] | None = None,
+    version: str = HANDSHAKE_VERSION,
 ) -> dict[str, Any]:
-    """A JSON-RPC initialize request of the 2025-11-25 handshake."""
+    """A JSON-RPC initialize request of the handshake era (2025-11-25 unless told)."""
     return {
         "jsonrpc": "2.0",
         "id": 1,
         "method": "initialize",
         "params": {
-            "protocolVersion": HANDSHAKE_VERSION,
+            "protocolVersion": version,
             "capabilities": dict(capabilities or {}),
             "clientInfo": {"name": client_name, "version": "0"},
         },

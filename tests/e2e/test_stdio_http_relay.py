@@ -11,11 +11,10 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack, asynccontextmanager
 from pathlib import Path
-from typing import Any
 
 import anyio
 import pytest
-from mcp import Client, ClientSession, StdioServerParameters
+from mcp import Client, StdioServerParameters
 from mcp.client.subscriptions import ToolsListChanged
 from mcp.shared.exceptions import MCPError
 from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS
@@ -26,7 +25,7 @@ from tests.harness import (
     Inbox,
     action,
     counted_calls,
-    everything_tour,
+    everything_facts,
     fixture_command,
     guard_command,
     server_environment,
@@ -36,7 +35,6 @@ from tests.http_harness import Rig, ServerProcess, free_port, open_http_session,
 
 pytestmark = [pytest.mark.anyio, pytest.mark.e2e]
 
-LONG_RUNNING = "trigger-long-running-operation"
 EXIT_LOOP_ABORTED = 3
 
 
@@ -44,44 +42,17 @@ def _guard_args(url: str, *extra: str) -> list[str]:
     return [*extra, "--upstream", url]
 
 
-async def _facts(session: ClientSession, user: ClientUser) -> dict[str, Any]:
-    """What a client learns from server-everything: tools, results, resources, prompts, progress, sampling."""
-    progress: list[float] = []
-
-    async def on_progress(value: float, total: float | None, message: str | None) -> None:
-        progress.append(value)
-
-    with anyio.fail_after(30):
-        # The server adds its sampling tool once it has seen the client's capabilities.
-        while "trigger-sampling-request" not in {tool.name for tool in (await session.list_tools()).tools}:  # noqa: ASYNC110 - asking is the only way to know
-            await anyio.sleep(0.05)
-        tour = await everything_tour(session)
-        finished = await session.call_tool(LONG_RUNNING, {"duration": 1, "steps": 3}, progress_callback=on_progress)
-        sampled = await session.call_tool("trigger-sampling-request", {"prompt": "Name a colour", "maxTokens": 5})
-    return {
-        "tools": [tool.model_dump(mode="json") for tool in tour.tools.tools],
-        "echo": texts(tour.echoed),
-        "sum": texts(tour.summed),
-        "resources": [resource.model_dump(mode="json") for resource in tour.resources.resources],
-        "read": [content.model_dump(mode="json") for content in tour.read.contents],
-        "prompts": [prompt.model_dump(mode="json") for prompt in tour.prompts.prompts],
-        "progress": progress,
-        "long-running": (finished.is_error, len(texts(finished))),
-        "sampled": (sampled.is_error, len(user.sampling_requests)),
-    }
-
-
 async def test_a_client_sees_through_the_guard_what_it_sees_over_http(rig: Rig, connect: Connector) -> None:
     """Tools, results, resources, prompts, progress and the server's sampling request, as over HTTP directly."""
     async with rig.everything_http() as everything:
         direct_user, guarded_user = ClientUser(), ClientUser()
         async with open_http_session(everything.mcp_url, callbacks=direct_user.callbacks(Inbox())) as opened:
-            direct = await _facts(opened.session, direct_user)
+            direct = await everything_facts(opened.session, direct_user)
             direct_info = opened.initialize.server_info
         async with connect.guard_process(
             [], guard_args=_guard_args(everything.mcp_url), callbacks=guarded_user.callbacks(Inbox())
         ) as guard:
-            guarded = await _facts(guard.session, guarded_user)
+            guarded = await everything_facts(guard.session, guarded_user)
             guarded_info = guard.connection.initialize.server_info
     assert guarded == direct
     assert direct["progress"] == [1, 2, 3]

@@ -46,14 +46,18 @@ class Pipe:
         limits: Limits,
         on_abort: Callable[[], None],
         first: ChildProcess | None = None,
+        channel: Channel | None = None,
     ) -> None:
         """``send`` writes a line to the client; ``on_abort`` ends the session once the refusal is out.
 
         ``first``: the upstream's child when it was started before the event loop.
+        ``channel``: the upstream as given (a shared child's view), instead of one of the relay's own.
         """
         handshake = limits.call_timeout or HANDSHAKE_TIMEOUT
         self.upstream: Channel
-        if isinstance(spec, HttpServer):
+        if channel is not None:
+            self.upstream = channel
+        elif isinstance(spec, HttpServer):
             self.upstream = HttpLines(
                 spec,
                 self.from_upstream,
@@ -94,8 +98,11 @@ class Pipe:
             await self._reject(item.request_id, f"message of {limit}")
             return
         parsed = wire.parse(item)
-        if parsed is None:
-            return
+        if parsed is not None:
+            await self.take_client(parsed)
+
+    async def take_client(self, parsed: Message | BadLine) -> None:
+        """Handle one message the client sent, parsed already (by the transport that carried it)."""
         if isinstance(parsed, BadLine):
             logger.warning("rejected a line from the client: %s", parsed.problem)
             if parsed.reply is not None:
@@ -280,6 +287,10 @@ class Pipe:
     async def upstream_exited(self, child: ChildProcess) -> None:
         """The child died: every request in flight gets the reason at once."""
         reason = self.upstream.down_reason() or f"upstream {self.upstream.label} {child.describe_exit()}"
+        await self.upstream_lost(reason)
+
+    async def upstream_lost(self, reason: str) -> None:
+        """The upstream went away: every request in flight gets ``reason`` at once."""
         self.awaiting_client.clear()
         await self.tasks.drop_all()
         await self.flights.fail_all(reason, "gone")

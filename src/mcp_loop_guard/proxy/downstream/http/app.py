@@ -23,13 +23,14 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Mount, Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from mcp_loop_guard.config import HttpServer, ServerSpec
+from mcp_loop_guard.config import HttpServer, ServerSpec, StdioServer
 from mcp_loop_guard.metrics import Metrics
 from mcp_loop_guard.plan import Plan
 from mcp_loop_guard.proxy.downstream.agents import opened_events, opened_store
 from mcp_loop_guard.proxy.downstream.http.admin import ADMIN_PREFIX, Admin, LiveAgent
 from mcp_loop_guard.proxy.downstream.http.agents import Agents
 from mcp_loop_guard.proxy.downstream.http.middleware import AuthGuard, BodyGuard, HostGuard, security_settings
+from mcp_loop_guard.proxy.downstream.http.muxed import MuxedRelay
 from mcp_loop_guard.proxy.downstream.http.protocol import OnceInAWhile, protocol_class, raise_open_file_limit
 from mcp_loop_guard.proxy.downstream.http.relayed import HttpRelay
 from mcp_loop_guard.proxy.downstream.http.sessionless import Sessionless
@@ -94,6 +95,19 @@ def relayed_upstream(plan: Plan) -> HttpServer | None:
         return None
     spec = servers[0]
     return spec if isinstance(spec, HttpServer) and spec.transport == "http" else None
+
+
+def muxed_upstream(plan: Plan) -> StdioServer | None:
+    """The one stdio server an HTTP guard relays message by message for every session, when that is all it serves.
+
+    Not with ``--stateless`` (no sessions to relay) nor legacy SSE (served through the SDK).
+    """
+    servers = plan.config.servers
+    settings = plan.settings
+    if settings.transport != "http" or settings.stateless or len(servers) != 1:
+        return None
+    spec = servers[0]
+    return spec if isinstance(spec, StdioServer) else None
 
 
 def build_app(  # noqa: PLR0917 - what the routes serve, all needed
@@ -228,9 +242,13 @@ async def _serve(plan: Plan, stop: _Stop) -> None:
     async with opened_store(plan) as (store, health), opened_events(plan) as events:
         forget: Callable[[str], object] | None = store.forget if isinstance(store, MemoryStore) else None
         agents = Agents(plan, store, health, events, metrics.observer(), limit=settings.max_keys, on_evict=forget)
-        sessions: GuardSessions | HttpRelay
+        sessions: GuardSessions | HttpRelay | MuxedRelay
         relayed = relayed_upstream(plan)
-        if relayed is not None:
+        if muxed_upstream(plan) is not None:
+            translating = Sessionless(plan, factory=factory, agents=agents, security=security_settings(settings))
+            sessions = MuxedRelay(plan, factory=factory, agents=agents, metrics=metrics, translating=translating)
+            reconfigure = sessions.reconfigure
+        elif relayed is not None:
             translating = Sessionless(plan, factory=factory, agents=agents, security=security_settings(settings))
             sessions = HttpRelay(plan, relayed, agents=agents, metrics=metrics, translating=translating)
             reconfigure = sessions.reconfigure

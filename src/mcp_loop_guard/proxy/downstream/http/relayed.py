@@ -34,7 +34,7 @@ from mcp_loop_guard.proxy.downstream.http.agents import Agents, KeyedAgent
 from mcp_loop_guard.proxy.downstream.http.exchanges import Exchange
 from mcp_loop_guard.proxy.downstream.http.middleware import header, reply, token_of
 from mcp_loop_guard.proxy.downstream.http.relayed_sessions import RelayedSession, RelayedSessions
-from mcp_loop_guard.proxy.downstream.http.replies import is_modern, json_reply, relay_plain, speaks_modern
+from mcp_loop_guard.proxy.downstream.http.replies import is_modern, json_reply, read_body, relay_plain, speaks_modern
 from mcp_loop_guard.proxy.downstream.http.sessionless import Sessionless
 from mcp_loop_guard.proxy.relay.judge import Judge
 from mcp_loop_guard.proxy.relay.session_server import STOPPING
@@ -160,7 +160,7 @@ class HttpRelay:
             await reply(send, 405, "Method Not Allowed", [(b"allow", b"GET, POST, DELETE")])
 
     async def _post(self, scope: Scope, receive: Receive, send: Send) -> None:
-        body = await _body(receive)
+        body = await read_body(receive)
         parsed = wire.parse(body)
         if parsed is None or (isinstance(parsed, BadLine) and parsed.reply is not None):
             refusal = parsed.reply if parsed is not None else wire.error(None, wire.PARSE_ERROR, "Parse error: empty")
@@ -265,19 +265,6 @@ class HttpRelay:
     def unregister_stop(self, cancel: anyio.CancelScope) -> None:
         """``cancel`` is done."""
         STOPPING.scopes.discard(cancel)
-
-
-async def _body(receive: Receive) -> bytes:
-    """The request body (whole: the front door has bounded it already)."""
-    chunks: list[bytes] = []
-    while True:
-        message = await receive()
-        if message["type"] != "http.request":
-            break
-        chunks.append(message.get("body", b""))
-        if not message.get("more_body", False):
-            break
-    return b"".join(chunks)
 
 
 async def _cancel_on_disconnect(receive: Receive, cancel: anyio.CancelScope) -> None:

@@ -1,0 +1,320 @@
+"""The HTTP guard in front of one stdio server: every session's messages relayed through the one shared child.
+
+The guard is the streamable HTTP server here (it gives the session ids); behind it, one
+child process serves every session (:mod:`~mcp_loop_guard.proxy.upstream.mux`). A session's
+messages go to the child as they came, ids rewritten in one place, and what comes back is
+passed on as its bytes: every method, present and future (``tasks/*``, extensions), crosses
+as it would cross a pipe, and only a ``tools/call`` is judged, by the session's own agent.
+2026-07-28 requests (sessionless) go through the SDK path, which speaks that era to the
+client and the handshake era to the same child.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator, Iterator, Sequence
+from contextlib import asynccontextmanager
+from typing import Any
+
+import anyio
+import anyio.abc
+from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS
+from starlette.types import Receive, Scope, Send
+
+from mcp_loop_guard.config import ServerSpec, StdioServer
+from mcp_loop_guard.metrics import Metrics
+from mcp_loop_guard.plan import Limits, Plan
+from mcp_loop_guard.proxy.downstream.agents import agent_loop, judge_for
+from mcp_loop_guard.proxy.downstream.http.admin import LiveAgent
+from mcp_loop_guard.proxy.downstream.http.agents import Agents
+from mcp_loop_guard.proxy.downstream.http.middleware import RETRY_AFTER_BUSY, header, reply, retry_after, token_of
+from mcp_loop_guard.proxy.downstream.http.muxed_sessions import MuxedSession, MuxedSessions, stream_pair
+from mcp_loop_guard.proxy.downstream.http.relayed import SESSION, VERSION
+from mcp_loop_guard.proxy.downstream.http.replies import event_stream, is_modern, json_reply, read_body, single_answer
+from mcp_loop_guard.proxy.downstream.http.sessionless import Sessionless
+from mcp_loop_guard.proxy.downstream.sessions import SessionFactory
+from mcp_loop_guard.proxy.relay.pipe import Pipe
+from mcp_loop_guard.proxy.relay.session_server import STOPPING
+from mcp_loop_guard.proxy.upstream.mux import Mux
+from mcp_loop_guard.proxy.upstream.mux_view import MuxView
+from mcp_loop_guard.proxy.upstream.pool import Slot
+from mcp_loop_guard.proxy.wire import messages as wire
+from mcp_loop_guard.proxy.wire.lines import Oversized
+from mcp_loop_guard.proxy.wire.messages import BadLine, Message
+
+__all__ = ["MuxedRelay"]
+
+logger = logging.getLogger(__name__)
+
+
+class MuxedRelay:
+    """Every client of one HTTP guard in front of one shared stdio server."""
+
+    def __init__(
+        self, plan: Plan, *, factory: SessionFactory, agents: Agents, metrics: Metrics, translating: Sessionless
+    ) -> None:
+        """The child is the factory's one slot's; ``translating`` serves 2026-07-28 requests through the SDK."""
+        self.plan = plan
+        self.settings = plan.settings
+        self.factory = factory
+        self.agents = agents
+        self.metrics = metrics
+        self.translating = translating
+        self.sessions = MuxedSessions(plan, agents, metrics)
+        self._watched: set[int] = set()
+        self._tg: anyio.abc.TaskGroup | None = None
+
+    @property
+    def slot(self) -> Slot:
+        """The one upstream (a config reload may replace it)."""
+        return self.factory.slots[0]
+
+    @property
+    def limits(self) -> Limits:
+        """The relay's limits, with the server's own call timeout."""
+        settings = self.settings
+        timeout = self.slot.spec.call_timeout or settings.call_timeout_seconds
+        return Limits(settings.max_message_bytes, timeout, settings.max_pending_requests)
+
+    # --- life --------------------------------------------------------------------------------
+
+    @asynccontextmanager
+    async def running(self) -> AsyncIterator[None]:
+        """Serve until the context ends; calls in flight are answered when the guard stops."""
+        async with anyio.create_task_group() as tg:
+            self._tg = tg
+            self._watch(self.slot)
+            tg.start_soon(self._expire)
+            tg.start_soon(self._on_stop)
+            await self.translating.start(tg)
+            try:
+                yield
+            finally:
+                tg.cancel_scope.cancel()
+
+    def _watch(self, slot: Slot) -> None:
+        """Attach the sessions to each new child of ``slot``, telling them when its tools changed."""
+        if id(slot) in self._watched:
+            return
+        self._watched.add(id(slot))
+
+        def changed(changed_slot: Slot, tools_changed: bool) -> None:
+            mux = changed_slot.connection.mux if changed_slot.connection is not None else None
+            if changed_slot.status != "ready" or mux is None or self._tg is None:
+                return
+            for session in list(self.sessions.live.values()):
+                if session.view.mux is not mux:
+                    mux.attach(session.view)
+                    if session.pipe is not None:
+                        self._tg.start_soon(session.pipe.upstream_restarted)
+
+        slot.on_change(changed)
+
+    async def _expire(self) -> None:
+        idle = self.settings.session_idle_seconds
+        while True:
+            await anyio.sleep(min(idle, 30.0))
+            for session in self.sessions.idle(idle):
+                logger.info("session %s expired after %.0fs idle", session.short, idle)
+                await self._end(session)
+            self.agents.expire(idle)
+
+    async def _on_stop(self) -> None:
+        """At the first signal, every request in flight is answered with an error on its own stream."""
+        waiting = anyio.CancelScope()
+        STOPPING.scopes.add(waiting)
+        with waiting:
+            if not STOPPING.flag:
+                await anyio.sleep_forever()
+        STOPPING.scopes.discard(waiting)
+        for session in list(self.sessions.live.values()):
+            if session.pipe is not None:
+                await session.pipe.shut_down("the guard is shutting down")
+            session.close_streams()
+
+    async def reconfigure(self, servers: Sequence[ServerSpec]) -> str | None:
+        """A config reload: the one stdio server, changed or not, applies at once; anything else needs a restart."""
+        if len(servers) != 1 or not isinstance(servers[0], StdioServer):
+            return "this guard relays one stdio server directly; serving other servers needs a restart"
+        problem = await self.factory.reconfigure(servers)
+        self._watch(self.slot)
+        return problem
+
+    def held(self) -> Iterator[LiveAgent]:
+        """Every agent held in memory now, for the admin API."""
+        for session in list(self.sessions.live.values()):
+            if session.pipe is not None:
+                yield LiveAgent("session", session.pipe.judge.agent, session.in_flight)
+        for agent in list(self.agents.held.values()):
+            yield LiveAgent("keyed", agent.judge.agent, agent.in_flight)
+
+    # --- requests ----------------------------------------------------------------------------
+
+    async def handle_mcp(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """One request to ``/mcp``."""
+        if is_modern(scope["headers"]) and header(scope, SESSION) is None:
+            version = header(scope, VERSION)
+            await self.translating.serve(
+                scope, receive, send, version.decode("latin-1") if version else None, modern=True
+            )
+            return
+        method = scope["method"]
+        if method == "POST":
+            await self._post(scope, receive, send)
+        elif method == "GET":
+            await self._get(scope, receive, send)
+        elif method == "DELETE":
+            session = await self._session(scope, send)
+            if session is not None:
+                await self._end(session)
+                await send({"type": "http.response.start", "status": 200, "headers": []})
+                await send({"type": "http.response.body", "body": b""})
+        else:
+            await reply(send, 405, "Method Not Allowed", [(b"allow", b"GET, POST, DELETE")])
+
+    async def _session(self, scope: Scope, send: Send) -> MuxedSession | None:
+        """The session the request names; None when the request was answered instead (400, 404)."""
+        session_id = header(scope, SESSION)
+        if session_id is None:
+            await reply(send, 400, "Bad Request: Missing session ID")
+            return None
+        version = header(scope, VERSION)
+        if version is not None and version.decode("latin-1") not in HANDSHAKE_PROTOCOL_VERSIONS:
+            await reply(send, 400, f"Bad Request: Unsupported protocol version: {version.decode('latin-1')}")
+            return None
+        session = self.sessions.lookup(session_id, token_of(scope))
+        if session is None:
+            await reply(send, 404, "Session not found")
+        return session
+
+    async def _post(self, scope: Scope, receive: Receive, send: Send) -> None:
+        body = await read_body(receive)
+        parsed = wire.parse(body)
+        if parsed is None or (isinstance(parsed, BadLine) and parsed.reply is not None):
+            refusal = parsed.reply if parsed is not None else wire.error(None, wire.PARSE_ERROR, "Parse error: empty")
+            assert refusal is not None
+            await json_reply(send, 400, refusal)
+            return
+        accept = header(scope, b"accept") or b""
+        is_request = isinstance(parsed, Message) and parsed.is_request
+        if is_request and b"text/event-stream" not in accept and b"application/json" not in accept:
+            await reply(send, 406, "Not Acceptable: the client must accept text/event-stream or application/json")
+            return
+        if isinstance(parsed, Message) and parsed.method == "initialize" and header(scope, SESSION) is None:
+            session = await self._open(scope, send)
+        else:
+            session = await self._session(scope, send)
+        if session is None:
+            return
+        pipe = session.pipe
+        assert pipe is not None
+        if not isinstance(parsed, Message) or not parsed.is_request:
+            await pipe.take_client(parsed)
+            await send({"type": "http.response.start", "status": 202, "headers": []})
+            await send({"type": "http.response.body", "body": b""})
+            return
+        await self._request(session, parsed, scope, receive, send)
+
+    async def _open(self, scope: Scope, send: Send) -> MuxedSession | None:
+        """A new session for an ``initialize``, its view attached to the child when one is up."""
+        if len(self.sessions.live) >= self.settings.max_sessions:
+            idle = self.sessions.full()
+            if idle is None:
+                busy = "Service Unavailable: too many sessions; try again later"
+                await reply(send, 503, busy, retry_after(RETRY_AFTER_BUSY))
+                return None
+            logger.info("session limit reached: closing the least recently used idle session %s", idle.short)
+            await self._end(idle)
+        slot = self.slot
+        spec = slot.spec
+        assert isinstance(spec, StdioServer)
+
+        async def to_session(item: Message | BadLine | Oversized) -> None:
+            await pipe.from_upstream(item)
+
+        async def gone(reason: str) -> None:
+            await pipe.upstream_lost(reason)
+
+        def listed(tools: list[Any]) -> None:
+            self.metrics.learn(spec.name, [tool["name"] for tool in tools if isinstance(tool, dict) and "name" in tool])
+
+        view = MuxView(f"`{spec.display}`", to_session, gone, listed, self._serving)
+        view.down = f"upstream `{spec.display}` is {slot.status}: {slot.detail}"
+        session = self.sessions.new(token_of(scope), view)
+        loop = agent_loop(self.plan, self.agents.store, self.agents.health, self.sessions.key(session))
+        judge = judge_for(
+            self.plan, loop, label=self.sessions.key(session), events=self.agents.events, observe=self.agents.observe
+        )
+        pipe = Pipe(
+            spec,
+            session.send,
+            judge,
+            limits=self.limits,
+            on_abort=lambda: self._aborted(session),
+            channel=view,
+        )
+        session.pipe = pipe
+        return session
+
+    def _serving(self) -> Mux | None:
+        """The child serving now: the slot's, while it is ready."""
+        slot = self.slot
+        return slot.connection.mux if slot.connection is not None and slot.status == "ready" else None
+
+    async def _request(
+        self, session: MuxedSession, message: Message, scope: Scope, receive: Receive, send: Send
+    ) -> None:
+        """A client request: relayed, and what belongs to it streamed back until its answer."""
+        ident = message.id
+        pipe = session.pipe
+        assert ident is not None
+        assert pipe is not None
+        if ident in session.streams:
+            why = "Invalid Request: a request with this id is still in flight"
+            reused = wire.error(ident, wire.INVALID_REQUEST, why)
+            await json_reply(send, 200, reused)
+            return
+        writer, reader = stream_pair()
+        session.opened(message, writer)
+        session.in_flight += 1
+        try:
+            await pipe.take_client(message)
+            accept = header(scope, b"accept") or b""
+            headers = [(b"mcp-session-id", session.session_id)]
+            if b"text/event-stream" in accept:
+                await event_stream(reader, headers, receive, send)
+            else:
+                await single_answer(reader, headers, send)
+        finally:
+            session.closed(ident)
+            session.in_flight -= 1
+
+    async def _get(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """The session's stream of what belongs to no request (list changes, logging)."""
+        if b"text/event-stream" not in (header(scope, b"accept") or b""):
+            await reply(send, 406, "Not Acceptable: the client must accept text/event-stream")
+            return
+        session = await self._session(scope, send)
+        if session is None:
+            return
+        if session.listener is not None:
+            await reply(send, 409, "Conflict: only one GET stream is allowed per session")
+            return
+        writer, reader = stream_pair()
+        session.listener = writer
+        try:
+            await event_stream(reader, [(b"mcp-session-id", session.session_id)], receive, send)
+        finally:
+            if session.listener is writer:
+                session.listener = None
+
+    # --- ends --------------------------------------------------------------------------------
+
+    def _aborted(self, session: MuxedSession) -> None:
+        """An aborting refusal is on its stream: the session ends now (the refusal still goes out)."""
+        logger.warning("session %s aborted: its agent kept looping", session.short)
+        self.sessions.retire(session)
+
+    async def _end(self, session: MuxedSession) -> None:
+        if self.sessions.retire(session) and session.pipe is not None:
+            await session.pipe.shut_down("the session ended")

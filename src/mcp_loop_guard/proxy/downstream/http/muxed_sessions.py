@@ -1,0 +1,191 @@
+"""The sessions of an HTTP guard in front of one shared stdio server: each one's relay, streams and agent.
+
+A session is the guard's own (it gives the ``Mcp-Session-Id``): a message relay
+(:class:`~mcp_loop_guard.proxy.relay.pipe.Pipe`) whose upstream is the session's view of the
+shared child. What the relay sends the client goes to the event stream of the request it
+belongs to (an answer, its progress, a request the child made meanwhile), or else to the
+session's GET stream. A session the guard ends (aborted, deleted, expired, evicted) answers
+404 from then on and its streams close once what they hold is out.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import secrets
+import time
+from collections import OrderedDict
+from dataclasses import dataclass, field
+
+import anyio
+from anyio.streams.memory import MemoryObjectSendStream
+
+from mcp_loop_guard.metrics import Metrics
+from mcp_loop_guard.plan import Plan
+from mcp_loop_guard.proxy.downstream.http.agents import Agents
+from mcp_loop_guard.proxy.relay.pipe import Pipe
+from mcp_loop_guard.proxy.upstream.mux_view import MuxView
+from mcp_loop_guard.proxy.wire import messages as wire
+from mcp_loop_guard.proxy.wire.messages import Message, RequestId
+
+__all__ = ["MuxedSession", "MuxedSessions", "Stream"]
+
+logger = logging.getLogger(__name__)
+
+Stream = MemoryObjectSendStream[bytes]
+CLOSED_KEPT = 4096
+"""Ended session ids remembered, so their requests get 404 at once."""
+SNIFF_LIMIT = 1 << 16
+"""Lines up to this size are parsed to route them; a larger one is an answer, found by its id."""
+
+
+def stream_pair() -> tuple[Stream, anyio.abc.ObjectReceiveStream[bytes]]:
+    """A stream of lines for one HTTP response (unbounded: the relay never waits on a slow client)."""
+    return anyio.create_memory_object_stream[bytes](math.inf)
+
+
+@dataclass(eq=False)
+class MuxedSession:
+    """One client session: its relay, the streams its lines go to, and its use."""
+
+    session_id: bytes
+    token: str
+    view: MuxView
+    pipe: Pipe | None = None
+    streams: dict[RequestId, Stream] = field(default_factory=dict)
+    """Each request's event stream, until its answer went out."""
+    progress: dict[object, RequestId] = field(default_factory=dict)
+    """The client's progress tokens -> the request each came with."""
+    listener: Stream | None = None
+    """The GET stream, when the client keeps one open."""
+    last_used: float = field(default_factory=time.monotonic)
+    in_flight: int = 0
+
+    @property
+    def short(self) -> str:
+        """The id's first characters, for logs."""
+        return self.session_id[:8].decode("latin-1")
+
+    def opened(self, message: Message, stream: Stream) -> None:
+        """A request of the client's: its lines go to ``stream``."""
+        ident = message.id
+        assert ident is not None
+        self.streams[ident] = stream
+        params = message.body.get("params")
+        meta = params.get("_meta") if isinstance(params, dict) else None
+        if isinstance(meta, dict) and "progressToken" in meta:
+            self.progress[meta["progressToken"]] = ident
+
+    def closed(self, ident: RequestId) -> None:
+        """The request's stream is gone (answered, or its client went away)."""
+        stream = self.streams.pop(ident, None)
+        if stream is not None:
+            stream.close()
+        for token, request in list(self.progress.items()):
+            if request == ident:
+                del self.progress[token]
+
+    async def send(self, line: bytes) -> None:
+        """One line of the relay's for the client, to the stream it belongs to (dropped when none is open)."""
+        ident, kind, token = _sniff(line)
+        stream: Stream | None
+        if kind == "response":
+            stream = self.streams.get(ident) if ident is not None else None
+            if stream is not None:
+                stream.send_nowait(line)
+                self.closed(ident)  # type: ignore[arg-type]
+                return
+        elif kind == "progress":
+            request = self.progress.get(token)
+            stream = self.streams.get(request) if request is not None else None
+            stream = stream or self.listener
+        elif kind == "request":
+            # The child asked while this session's requests were open: on the newest one's stream,
+            # as a server that knows which request it asks for would send it.
+            stream = next(reversed(self.streams.values()), None) or self.listener
+        else:
+            stream = self.listener or next(reversed(self.streams.values()), None)
+        if stream is None:
+            logger.debug("session %s: no open stream for a %s; dropped", self.short, kind)
+            return
+        stream.send_nowait(line)
+
+    def close_streams(self) -> None:
+        """Close every stream (what they hold still goes out)."""
+        for ident in list(self.streams):
+            self.closed(ident)
+        if self.listener is not None:
+            self.listener.close()
+            self.listener = None
+
+
+def _sniff(line: bytes) -> tuple[RequestId | None, str, object]:
+    """What a line is (``response``, ``progress``, ``request``, ``notification``), its id and progress token."""
+    if len(line) > SNIFF_LIMIT:
+        return wire.response_id(line), "response", None
+    parsed = wire.parse(line.rstrip(b"\n"))
+    if not isinstance(parsed, Message):
+        return None, "notification", None
+    if parsed.is_response:
+        return parsed.id, "response", None
+    if parsed.is_request:
+        return parsed.id, "request", None
+    if parsed.method == "notifications/progress":
+        params = parsed.body.get("params")
+        return None, "progress", params.get("progressToken") if isinstance(params, dict) else None
+    return None, "notification", None
+
+
+class MuxedSessions:
+    """Every session of the guard, least recently used first, at most ``LOOP_GUARD_MAX_SESSIONS``."""
+
+    def __init__(self, plan: Plan, agents: Agents, metrics: Metrics) -> None:
+        """Agents are made with ``agents``' store and event log."""
+        self.plan = plan
+        self.agents = agents
+        self.metrics = metrics
+        self.live: OrderedDict[bytes, MuxedSession] = OrderedDict()
+        self.ended: OrderedDict[bytes, None] = OrderedDict()
+
+    def lookup(self, session_id: bytes, token: str) -> MuxedSession | None:
+        """The live session with this id, opened with this token; None: the client gets 404."""
+        session = self.live.get(session_id)
+        if session is None or session.token != token:
+            return None
+        self.live.move_to_end(session_id)
+        session.last_used = time.monotonic()
+        return session
+
+    def new(self, token: str, view: MuxView) -> MuxedSession:
+        """A session for an ``initialize``."""
+        session = MuxedSession(secrets.token_hex(16).encode(), token, view)
+        self.live[session.session_id] = session
+        self.metrics.sessions.inc()
+        return session
+
+    def key(self, session: MuxedSession) -> str:
+        """The session's agent key in the store."""
+        return f"session:{session.token or '-'}/{session.session_id.decode('latin-1')}"
+
+    def full(self) -> MuxedSession | None:
+        """When there is no room for one more session: the least recently used idle one to end (None: none is idle)."""
+        return next((s for s in self.live.values() if s.in_flight == 0), None)
+
+    def retire(self, session: MuxedSession) -> bool:
+        """End a session: 404 from now on, streams closed; False when it had ended already."""
+        if self.live.pop(session.session_id, None) is None:
+            return False
+        self.metrics.sessions.dec()
+        self.ended[session.session_id] = None
+        while len(self.ended) > CLOSED_KEPT:
+            self.ended.popitem(last=False)
+        session.close_streams()
+        mux = session.view.mux
+        if mux is not None:
+            mux.detach(session.view)
+        return True
+
+    def idle(self, seconds: float) -> list[MuxedSession]:
+        """The sessions unused for ``seconds`` with nothing in flight."""
+        cutoff = time.monotonic() - seconds
+        return [s for s in self.live.values() if s.last_used < cutoff and s.in_flight == 0]

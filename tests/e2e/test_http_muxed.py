@@ -1,0 +1,293 @@
+"""The HTTP guard in front of one stdio server: every session's messages relayed through the one shared child.
+
+What an HTTP client sees through the guard is compared with what a client sees over the
+server's own stdio, in the same test. The rest checks what sharing one child takes: sessions
+whose request ids collide, each one's progress and sampling reaching it alone, one handshake
+for the child however many sessions come, a loop ending its own session only, a child that
+dies and is started again, task-augmented calls, and 2026-07-28 clients served on the same
+child through the SDK path.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import anyio
+import httpx2
+import pytest
+from mcp import Client, types
+from mcp.client.streamable_http import streamable_http_client
+
+from tests.harness import (
+    SAMPLED_TEXT,
+    Callbacks,
+    ClientUser,
+    Connector,
+    Inbox,
+    action,
+    counted_calls,
+    everything_facts,
+    fixture_command,
+    texts,
+)
+from tests.http_harness import (
+    EVERYTHING_BIN,
+    MODERN_VERSION,
+    Rig,
+    ServerProcess,
+    initialize_body,
+    mcp_http_client,
+    open_http_session,
+    poll,
+)
+
+pytestmark = [pytest.mark.e2e, pytest.mark.anyio]
+
+EVERYTHING_ARGS = ["--", str(EVERYTHING_BIN), "stdio"]
+EVENTS_JSON = {"accept": "application/json, text/event-stream", "content-type": "application/json"}
+
+
+def _counting_args(log: Path) -> tuple[list[str], dict[str, str]]:
+    return ["--", *fixture_command("counting_server")], {"COUNTING_SERVER_LOG": str(log)}
+
+
+def _upstream_processes(guard: ServerProcess, name: str) -> list[Any]:
+    return [p for p in guard.descendants() if name in " ".join(p.cmdline())]
+
+
+async def test_a_client_sees_through_the_guard_what_it_sees_over_stdio(
+    rig: Rig, connect: Connector, everything_server: list[str]
+) -> None:
+    """Tools, results, resources, prompts, progress and the server's sampling request, as over stdio directly.
+
+    The clients offer no roots: a shared child has no one client's roots (it lists no roots tool then).
+    """
+    direct_user, guarded_user = ClientUser(), ClientUser()
+
+    def rootless(user: ClientUser) -> Callbacks:
+        return Callbacks(sampling=user.sample, elicitation=user.elicit, message_handler=Inbox())
+
+    async with connect(everything_server, mode="direct", callbacks=rootless(direct_user)) as opened:
+        direct = await everything_facts(opened.session, direct_user)
+        direct_info = opened.initialize.server_info
+    async with (
+        rig.guard(EVERYTHING_ARGS) as guard,
+        open_http_session(guard.mcp_url, callbacks=rootless(guarded_user)) as client,
+    ):
+        guarded = await everything_facts(client.session, guarded_user)
+    assert guarded == direct
+    assert direct["progress"] == [1, 2, 3]
+    assert direct["sampled"] == (False, 1)
+    assert client.initialize.server_info == direct_info
+
+
+async def test_sessions_with_the_same_request_ids_each_get_their_own_answers(rig: Rig, tmp_path: Path) -> None:
+    """Two SDK clients number their requests alike; calls at once, with progress, reach each its own session."""
+    log = tmp_path / "calls.jsonl"
+    args, env = _counting_args(log)
+    progress: dict[str, list[float]] = {"a": [], "b": []}
+
+    async def run(client: Any, name: str, results: dict[str, Any]) -> None:
+        async def on_progress(value: float, total: float | None, message: str | None) -> None:
+            progress[name].append(value)
+
+        slow = await client.session.call_tool("slow", {"seconds": 0.6}, progress_callback=on_progress)
+        echoed = [texts(await client.session.call_tool("echo", {"text": f"{name} {k}"})) for k in range(3)]
+        results[name] = (texts(slow), echoed)
+
+    async with (
+        rig.guard(args, env=env) as guard,
+        open_http_session(guard.mcp_url) as first,
+        open_http_session(guard.mcp_url) as second,
+    ):
+        results: dict[str, Any] = {}
+        with anyio.fail_after(30):
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(run, first, "a", results)
+                tg.start_soon(run, second, "b", results)
+        servers = _upstream_processes(guard, "counting_server")
+    assert first.session_id != second.session_id
+    assert results["a"] == (["slept 0.6 seconds"], [["a 0"], ["a 1"], ["a 2"]])
+    assert results["b"] == (["slept 0.6 seconds"], [["b 0"], ["b 1"], ["b 2"]])
+    assert progress["a"] == progress["b"] == [1, 2, 3, 4, 5, 6]
+    assert len(servers) == 1, "one child serves every session"
+    assert len(counted_calls(log)) == 8
+
+
+async def test_a_request_of_the_child_reaches_the_session_whose_call_made_it(rig: Rig) -> None:
+    """server-everything asks for sampling during one session's call: that client is asked, the other is not."""
+    caller, other = ClientUser(), ClientUser()
+    async with (
+        rig.guard(EVERYTHING_ARGS) as guard,
+        open_http_session(guard.mcp_url, callbacks=caller.callbacks(Inbox())) as asking,
+        open_http_session(guard.mcp_url, callbacks=other.callbacks(Inbox())),
+    ):
+        with anyio.fail_after(20):
+            sampled = await asking.session.call_tool("trigger-sampling-request", {"prompt": "Hi", "maxTokens": 5})
+    assert not sampled.is_error, texts(sampled)
+    assert SAMPLED_TEXT in " ".join(texts(sampled))
+    assert (len(caller.sampling_requests), len(other.sampling_requests)) == (1, 0)
+
+
+async def test_a_loop_ends_its_own_session_only(rig: Rig, tmp_path: Path) -> None:
+    """Warned at 3, refused at 5, aborted at 7 (the upstream saw 4); the session is gone after, the other goes on."""
+    log = tmp_path / "calls.jsonl"
+    args, env = _counting_args(log)
+    async with (
+        rig.guard(args, env=env) as guard,
+        open_http_session(guard.mcp_url) as looping,
+        open_http_session(guard.mcp_url) as bystander,
+    ):
+        with anyio.fail_after(30):
+            verdicts = [action(await looping.session.call_tool("constant", {})) for _ in range(7)]
+            after = await bystander.session.call_tool("constant", {})
+        async with mcp_http_client() as http:
+            gone = await http.post(
+                guard.mcp_url,
+                json={"jsonrpc": "2.0", "id": 99, "method": "ping"},
+                headers={**EVENTS_JSON, "mcp-session-id": looping.session_id},
+            )
+    assert verdicts == [None, None, "warn", "warn", "block", "block", "abort"]
+    assert gone.status_code == 404, gone.text
+    assert action(after) is None
+    assert len(counted_calls(log, "constant")) == 5
+
+
+async def test_every_session_is_answered_from_the_one_handshake_of_the_child(rig: Rig) -> None:
+    """The child has one initialize however many sessions open; each gets the server's own answer."""
+    async with rig.guard(EVERYTHING_ARGS) as guard, mcp_http_client() as http:
+        answers = []
+        for version in ("2025-06-18", "2025-11-25"):
+            response = await http.post(guard.mcp_url, json=initialize_body(version=version), headers=EVENTS_JSON)
+            assert response.status_code == 200, response.text
+            assert response.headers["mcp-session-id"]
+            data = [line[6:] for line in response.text.splitlines() if line.startswith("data: ")]
+            answers.append(json.loads(data[-1])["result"])
+        missing = await http.post(
+            guard.mcp_url, json={"jsonrpc": "2.0", "id": 2, "method": "ping"}, headers=EVENTS_JSON
+        )
+        unknown = await http.post(
+            guard.mcp_url,
+            json={"jsonrpc": "2.0", "id": 2, "method": "ping"},
+            headers={**EVENTS_JSON, "mcp-session-id": "not-a-session"},
+        )
+    assert [answer["protocolVersion"] for answer in answers] == ["2025-06-18", "2025-11-25"]
+    assert answers[0]["serverInfo"] == answers[1]["serverInfo"]
+    assert answers[0]["serverInfo"]["name"] == "mcp-servers/everything"
+    assert missing.status_code == 400, missing.text
+    assert unknown.status_code == 404, unknown.text
+
+
+async def test_a_child_that_dies_is_started_again_for_the_sessions(rig: Rig, tmp_path: Path) -> None:
+    """A call in flight gets the exit status; after the backoff the same session is served by a new child."""
+    log = tmp_path / "calls.jsonl"
+    args, env = _counting_args(log)
+    async with rig.guard(args, env=env) as guard, open_http_session(guard.mcp_url) as client:
+        first = _upstream_processes(guard, "counting_server")
+        with anyio.fail_after(20):
+            crashed = await client.session.call_tool("crash", {})
+
+        async def echo() -> types.CallToolResult:
+            return await client.session.call_tool("echo", {"text": "back"})
+
+        with anyio.fail_after(30):
+            again = await poll(echo, lambda result: not result.is_error, 0.2)
+        second = _upstream_processes(guard, "counting_server")
+    assert crashed.is_error
+    assert "exited with status 17" in texts(crashed)[0]
+    assert texts(again) == ["back"]
+    assert [p.pid for p in first] != [p.pid for p in second]
+    assert len(second) == 1
+
+
+class _RawSession:
+    """A handshake session spoken by hand, as a task-aware client speaks it."""
+
+    def __init__(self, http: httpx2.AsyncClient, url: str) -> None:
+        self.http = http
+        self.url = url
+        self.headers = dict(EVENTS_JSON)
+        self.ids = 1
+
+    async def open(self) -> dict[str, Any]:
+        answer = await self.http.post(self.url, json=initialize_body(), headers=self.headers)
+        self.headers["mcp-session-id"] = answer.headers["mcp-session-id"]
+        initialized = {"jsonrpc": "2.0", "method": "notifications/initialized"}
+        assert (await self.http.post(self.url, json=initialized, headers=self.headers)).status_code == 202
+        return _last_event(answer)
+
+    async def request(self, method: str, params: dict[str, Any]) -> dict[str, Any]:
+        self.ids += 1
+        body = {"jsonrpc": "2.0", "id": self.ids, "method": method, "params": params}
+        return _last_event(await self.http.post(self.url, json=body, headers=self.headers))
+
+
+def _last_event(response: httpx2.Response) -> dict[str, Any]:
+    assert response.status_code == 200, response.text
+    data = [line[6:] for line in response.text.splitlines() if line.startswith("data: ")]
+    return json.loads(data[-1])
+
+
+async def test_task_augmented_calls_cross_as_they_came(rig: Rig) -> None:
+    """server-everything's research runs as a task: the handle, tasks/get and tasks/result reach the client."""
+    async with rig.guard(EVERYTHING_ARGS) as guard, httpx2.AsyncClient(timeout=30) as http:
+        raw = _RawSession(http, guard.mcp_url)
+        opened = await raw.open()
+        params = {"name": "simulate-research-query", "arguments": {"topic": "loops"}, "task": {"ttl": 60000}}
+        created = await raw.request("tools/call", params)
+        task = created["result"]["task"]
+        with anyio.fail_after(30):
+            status = await poll(
+                lambda: raw.request("tasks/get", {"taskId": task["taskId"]}),
+                lambda found: found["result"]["status"] != "working",
+                0.25,
+            )
+        listed = await raw.request("tasks/list", {})
+        report = await raw.request("tasks/result", {"taskId": task["taskId"]})
+    assert "tasks" in opened["result"]["capabilities"], "the server's tasks capability is advertised as it is"
+    assert task["status"] == "working"
+    assert status["result"]["status"] == "completed"
+    assert task["taskId"] in [t["taskId"] for t in listed["result"]["tasks"]]
+    assert "loops" in json.dumps(report["result"]["content"])
+
+
+async def test_a_2026_client_is_served_on_the_same_child(rig: Rig) -> None:
+    """A 2026-07-28 client (no session) and a handshake client: both served, by one server process."""
+    async with (
+        rig.guard(EVERYTHING_ARGS) as guard,
+        mcp_http_client() as http,
+        Client(streamable_http_client(guard.mcp_url, http_client=http), mode=MODERN_VERSION) as modern,
+        open_http_session(guard.mcp_url) as legacy,
+    ):
+        with anyio.fail_after(20):
+            modern_echo = await modern.call_tool("echo", {"message": "modern"})
+            legacy_echo = await legacy.session.call_tool("echo", {"message": "legacy"})
+        servers = _upstream_processes(guard, "mcp-server-everything")
+        version = modern.protocol_version
+    assert version == MODERN_VERSION
+    assert texts(modern_echo) == ["Echo: modern"]
+    assert texts(legacy_echo) == ["Echo: legacy"]
+    assert len(servers) == 1
+
+
+async def test_a_client_taking_only_json_gets_the_answer_as_a_json_body(rig: Rig) -> None:
+    """A client that accepts no event stream gets each answer as the whole response."""
+    headers = {"accept": "application/json", "content-type": "application/json"}
+    async with rig.guard(EVERYTHING_ARGS) as guard, httpx2.AsyncClient(timeout=20) as http:
+        opened = await http.post(guard.mcp_url, json=initialize_body(), headers=headers)
+        session = {**headers, "mcp-session-id": opened.headers["mcp-session-id"]}
+        body = {"jsonrpc": "2.0", "method": "notifications/initialized"}
+        initialized = await http.post(guard.mcp_url, json=body, headers=session)
+        call = {
+            "jsonrpc": "2.0",
+            "id": 2,
+            "method": "tools/call",
+            "params": {"name": "echo", "arguments": {"message": "j"}},
+        }
+        echoed = await http.post(guard.mcp_url, json=call, headers=session)
+    assert opened.headers["content-type"].startswith("application/json")
+    assert opened.json()["result"]["serverInfo"]["name"] == "mcp-servers/everything"
+    assert initialized.status_code == 202
+    assert echoed.json()["result"]["content"][0]["text"] == "Echo: j"
