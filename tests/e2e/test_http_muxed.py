@@ -19,6 +19,7 @@ import httpx2
 import pytest
 from mcp import Client, types
 from mcp.client.streamable_http import streamable_http_client
+from mcp.shared.exceptions import MCPError
 
 from tests.harness import (
     SAMPLED_TEXT,
@@ -40,6 +41,7 @@ from tests.http_harness import (
     initialize_body,
     mcp_http_client,
     open_http_session,
+    open_sse_session,
     poll,
 )
 
@@ -291,3 +293,25 @@ async def test_a_client_taking_only_json_gets_the_answer_as_a_json_body(rig: Rig
     assert opened.json()["result"]["serverInfo"]["name"] == "mcp-servers/everything"
     assert initialized.status_code == 202
     assert echoed.json()["result"]["content"][0]["text"] == "Echo: j"
+
+
+async def test_legacy_sse_sessions_are_relayed_through_the_same_child(rig: Rig, tmp_path: Path) -> None:
+    """Over /sse: a sampling request reaches its client, a loop aborts its connection only, one child serves both."""
+    log = tmp_path / "calls.jsonl"
+    args, env = _counting_args(log)
+    user = ClientUser()
+    async with (
+        rig.guard(args, env=env, transport="sse") as guard,
+        open_sse_session(guard.url("/sse"), callbacks=user.callbacks(Inbox())) as looping,
+        open_sse_session(guard.url("/sse")) as bystander,
+    ):
+        with anyio.fail_after(30):
+            verdicts = [action(await looping.session.call_tool("constant", {})) for _ in range(7)]
+            echoed = await bystander.session.call_tool("echo", {"text": "still here"})
+            with pytest.raises((MCPError, anyio.ClosedResourceError, anyio.BrokenResourceError)):
+                await looping.session.call_tool("echo", {"text": "after the abort"})
+        servers = _upstream_processes(guard, "counting_server")
+    assert verdicts == [None, None, "warn", "warn", "block", "block", "abort"]
+    assert texts(echoed) == ["still here"]
+    assert len(counted_calls(log, "constant")) == 4
+    assert len(servers) == 1

@@ -100,11 +100,11 @@ def relayed_upstream(plan: Plan) -> HttpServer | None:
 def muxed_upstream(plan: Plan) -> StdioServer | None:
     """The one stdio server an HTTP guard relays message by message for every session, when that is all it serves.
 
-    Not with ``--stateless`` (no sessions to relay) nor legacy SSE (served through the SDK).
+    Legacy SSE connections are its sessions too; not with ``--stateless`` (no sessions to relay).
     """
     servers = plan.config.servers
     settings = plan.settings
-    if settings.transport != "http" or settings.stateless or len(servers) != 1:
+    if settings.transport not in ("http", "sse") or settings.stateless or len(servers) != 1:
         return None
     spec = servers[0]
     return spec if isinstance(spec, StdioServer) else None
@@ -140,7 +140,7 @@ def build_app(  # noqa: PLR0917 - what the routes serve, all needed
         Route("/metrics", metrics_endpoint),
     ]
     if settings.transport == "sse":
-        assert isinstance(sessions, GuardSessions)
+        assert isinstance(sessions, GuardSessions | MuxedRelay)
         routes.append(Route("/sse", _Raw(sessions.handle_sse)))
         routes.append(Mount("/messages/", app=sessions.handle_messages))
         json_paths = ["/messages"]
@@ -246,7 +246,14 @@ async def _serve(plan: Plan, stop: _Stop) -> None:
         relayed = relayed_upstream(plan)
         if muxed_upstream(plan) is not None:
             translating = Sessionless(plan, factory=factory, agents=agents, security=security_settings(settings))
-            sessions = MuxedRelay(plan, factory=factory, agents=agents, metrics=metrics, translating=translating)
+            sessions = MuxedRelay(
+                plan,
+                factory=factory,
+                agents=agents,
+                metrics=metrics,
+                translating=translating,
+                security=security_settings(settings),
+            )
             reconfigure = sessions.reconfigure
         elif relayed is not None:
             translating = Sessionless(plan, factory=factory, agents=agents, security=security_settings(settings))

@@ -6,7 +6,8 @@ messages go to the child as they came, ids rewritten in one place, and what come
 passed on as its bytes: every method, present and future (``tasks/*``, extensions), crosses
 as it would cross a pipe, and only a ``tools/call`` is judged, by the session's own agent.
 2026-07-28 requests (sessionless) go through the SDK path, which speaks that era to the
-client and the handshake era to the same child.
+client and the handshake era to the same child; legacy SSE connections are sessions of the
+relay too (:mod:`.muxed_sse`).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from typing import Any
 
 import anyio
 import anyio.abc
+from mcp.server.transport_security import TransportSecuritySettings
 from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS
 from starlette.types import Receive, Scope, Send
 
@@ -29,6 +31,7 @@ from mcp_loop_guard.proxy.downstream.http.admin import LiveAgent
 from mcp_loop_guard.proxy.downstream.http.agents import Agents
 from mcp_loop_guard.proxy.downstream.http.middleware import RETRY_AFTER_BUSY, header, reply, retry_after, token_of
 from mcp_loop_guard.proxy.downstream.http.muxed_sessions import MuxedSession, MuxedSessions, stream_pair
+from mcp_loop_guard.proxy.downstream.http.muxed_sse import SseSessions
 from mcp_loop_guard.proxy.downstream.http.relayed import SESSION, VERSION
 from mcp_loop_guard.proxy.downstream.http.replies import event_stream, is_modern, json_reply, read_body, single_answer
 from mcp_loop_guard.proxy.downstream.http.sessionless import Sessionless
@@ -51,9 +54,19 @@ class MuxedRelay:
     """Every client of one HTTP guard in front of one shared stdio server."""
 
     def __init__(
-        self, plan: Plan, *, factory: SessionFactory, agents: Agents, metrics: Metrics, translating: Sessionless
+        self,
+        plan: Plan,
+        *,
+        factory: SessionFactory,
+        agents: Agents,
+        metrics: Metrics,
+        translating: Sessionless,
+        security: TransportSecuritySettings,
     ) -> None:
         """The child is the factory's one slot's; ``translating`` serves 2026-07-28 requests through the SDK."""
+        self.sse = SseSessions(self, security, plan.settings.max_request_bytes)
+        self.handle_sse = self.sse.handle_sse
+        self.handle_messages = self.sse.handle_messages
         self.plan = plan
         self.settings = plan.settings
         self.factory = factory
@@ -116,7 +129,7 @@ class MuxedRelay:
             await anyio.sleep(min(idle, 30.0))
             for session in self.sessions.idle(idle):
                 logger.info("session %s expired after %.0fs idle", session.short, idle)
-                await self._end(session)
+                await self.end(session)
             self.agents.expire(idle)
 
     async def _on_stop(self) -> None:
@@ -166,7 +179,7 @@ class MuxedRelay:
         elif method == "DELETE":
             session = await self._session(scope, send)
             if session is not None:
-                await self._end(session)
+                await self.end(session)
                 await send({"type": "http.response.start", "status": 200, "headers": []})
                 await send({"type": "http.response.body", "body": b""})
         else:
@@ -216,15 +229,29 @@ class MuxedRelay:
         await self._request(session, parsed, scope, receive, send)
 
     async def _open(self, scope: Scope, send: Send) -> MuxedSession | None:
-        """A new session for an ``initialize``, its view attached to the child when one is up."""
-        if len(self.sessions.live) >= self.settings.max_sessions:
-            idle = self.sessions.full()
-            if idle is None:
-                busy = "Service Unavailable: too many sessions; try again later"
-                await reply(send, 503, busy, retry_after(RETRY_AFTER_BUSY))
-                return None
-            logger.info("session limit reached: closing the least recently used idle session %s", idle.short)
-            await self._end(idle)
+        """A new session for an ``initialize``; None when there is no room (the client got 503)."""
+        if not await self.room(send):
+            return None
+        return self.new_session(token_of(scope))
+
+    async def room(self, send: Send) -> bool:
+        """Room for one more session: the least recently used idle one ends, or the client gets 503."""
+        if len(self.sessions.live) < self.settings.max_sessions:
+            return True
+        idle = self.sessions.full()
+        if idle is None:
+            busy = "Service Unavailable: too many sessions; try again later"
+            await reply(send, 503, busy, retry_after(RETRY_AFTER_BUSY))
+            return False
+        logger.info("session limit reached: closing the least recently used idle session %s", idle.short)
+        await self.end(idle)
+        return True
+
+    def new_session(self, token: str, *, kind: str = "session") -> MuxedSession:
+        """A session opened with ``token``; its view attaches to the child when it first sends.
+
+        ``kind`` is the prefix of its agent's key, and says how its lines go (see :class:`MuxedSession`).
+        """
         slot = self.slot
         spec = slot.spec
         assert isinstance(spec, StdioServer)
@@ -240,7 +267,7 @@ class MuxedRelay:
 
         view = MuxView(f"`{spec.display}`", to_session, gone, listed, self._serving)
         view.down = f"upstream `{spec.display}` is {slot.status}: {slot.detail}"
-        session = self.sessions.new(token_of(scope), view)
+        session = self.sessions.new(token, view, kind=kind)
         loop = agent_loop(self.plan, self.agents.store, self.agents.health, self.sessions.key(session))
         judge = judge_for(
             self.plan, loop, label=self.sessions.key(session), events=self.agents.events, observe=self.agents.observe
@@ -315,6 +342,7 @@ class MuxedRelay:
         logger.warning("session %s aborted: its agent kept looping", session.short)
         self.sessions.retire(session)
 
-    async def _end(self, session: MuxedSession) -> None:
+    async def end(self, session: MuxedSession) -> None:
+        """End a session: its requests in flight get an error, its id 404."""
         if self.sessions.retire(session) and session.pipe is not None:
             await session.pipe.shut_down("the session ended")

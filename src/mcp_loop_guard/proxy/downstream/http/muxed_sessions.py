@@ -60,6 +60,8 @@ class MuxedSession:
     """The GET stream, when the client keeps one open."""
     last_used: float = field(default_factory=time.monotonic)
     in_flight: int = 0
+    kind: str = "session"
+    """``session`` (streamable HTTP: a stream per request) or ``sse`` (legacy SSE: one stream for everything)."""
 
     @property
     def short(self) -> str:
@@ -87,6 +89,10 @@ class MuxedSession:
 
     async def send(self, line: bytes) -> None:
         """One line of the relay's for the client, to the stream it belongs to (dropped when none is open)."""
+        if self.kind == "sse":
+            if self.listener is not None:
+                self.listener.send_nowait(line)
+            return
         ident, kind, token = _sniff(line)
         stream: Stream | None
         if kind == "response":
@@ -156,16 +162,16 @@ class MuxedSessions:
         session.last_used = time.monotonic()
         return session
 
-    def new(self, token: str, view: MuxView) -> MuxedSession:
-        """A session for an ``initialize``."""
-        session = MuxedSession(secrets.token_hex(16).encode(), token, view)
+    def new(self, token: str, view: MuxView, *, kind: str = "session") -> MuxedSession:
+        """A session for an ``initialize`` (or a legacy SSE connection)."""
+        session = MuxedSession(secrets.token_hex(16).encode(), token, view, kind=kind)
         self.live[session.session_id] = session
         self.metrics.sessions.inc()
         return session
 
     def key(self, session: MuxedSession) -> str:
         """The session's agent key in the store."""
-        return f"session:{session.token or '-'}/{session.session_id.decode('latin-1')}"
+        return f"{session.kind}:{session.token or '-'}/{session.session_id.decode('latin-1')}"
 
     def full(self) -> MuxedSession | None:
         """When there is no room for one more session: the least recently used idle one to end (None: none is idle)."""
