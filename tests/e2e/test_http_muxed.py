@@ -315,3 +315,42 @@ async def test_legacy_sse_sessions_are_relayed_through_the_same_child(rig: Rig, 
     assert texts(echoed) == ["still here"]
     assert len(counted_calls(log, "constant")) == 4
     assert len(servers) == 1
+
+
+async def test_stateless_requests_with_the_same_id_at_once_are_answered_each_on_its_own(
+    rig: Rig, tmp_path: Path
+) -> None:
+    """With --stateless each POST is relayed on its own: two calls numbered 1 at once get their own answers."""
+    log = tmp_path / "calls.jsonl"
+    args, env = _counting_args(log)
+    answers: dict[str, dict[str, Any]] = {}
+    headers = {**EVENTS_JSON, "x-loop-guard-key": "agent"}
+
+    async def call(http: httpx2.AsyncClient, url: str, text: str) -> None:
+        body = {
+            "jsonrpc": "2.0",
+            "id": 1,
+            "method": "tools/call",
+            "params": {"name": "slow", "arguments": {"seconds": 0.5}},
+        }
+        slow = await http.post(url, json=body, headers=headers)
+        body["params"] = {"name": "echo", "arguments": {"text": text}}
+        answers[text] = {
+            "slow": _last_event(slow),
+            "echo": _last_event(await http.post(url, json=body, headers=headers)),
+        }
+
+    async with rig.guard(["--stateless", *args], env=env) as guard, httpx2.AsyncClient(timeout=20) as http:
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(call, http, guard.mcp_url, "first")
+            tg.start_soon(call, http, guard.mcp_url, "second")
+        listen = await http.get(guard.mcp_url, headers=headers)
+        servers = _upstream_processes(guard, "counting_server")
+    for text, answer in answers.items():
+        assert answer["slow"]["id"] == answer["echo"]["id"] == 1
+        assert answer["slow"]["result"]["content"][0]["text"] == "slept 0.5 seconds"
+        assert answer["echo"]["result"]["content"][0]["text"] == text
+    assert len(answers) == 2
+    assert listen.status_code == 405, "no sessions, so no GET stream"
+    assert len(servers) == 1
+    assert len(counted_calls(log)) == 4

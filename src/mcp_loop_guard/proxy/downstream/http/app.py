@@ -100,11 +100,11 @@ def relayed_upstream(plan: Plan) -> HttpServer | None:
 def muxed_upstream(plan: Plan) -> StdioServer | None:
     """The one stdio server an HTTP guard relays message by message for every session, when that is all it serves.
 
-    Legacy SSE connections are its sessions too; not with ``--stateless`` (no sessions to relay).
+    Legacy SSE connections are its sessions too, and ``--stateless`` requests are relayed each on its own.
     """
     servers = plan.config.servers
     settings = plan.settings
-    if settings.transport not in ("http", "sse") or settings.stateless or len(servers) != 1:
+    if settings.transport not in ("http", "sse") or len(servers) != 1:
         return None
     spec = servers[0]
     return spec if isinstance(spec, StdioServer) else None

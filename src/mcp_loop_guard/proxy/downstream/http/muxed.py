@@ -15,6 +15,7 @@ from __future__ import annotations
 import logging
 from collections.abc import AsyncIterator, Iterator, Sequence
 from contextlib import asynccontextmanager
+from functools import partial
 from typing import Any
 
 import anyio
@@ -32,12 +33,15 @@ from mcp_loop_guard.proxy.downstream.http.agents import Agents
 from mcp_loop_guard.proxy.downstream.http.middleware import RETRY_AFTER_BUSY, header, reply, retry_after, token_of
 from mcp_loop_guard.proxy.downstream.http.muxed_sessions import MuxedSession, MuxedSessions, stream_pair
 from mcp_loop_guard.proxy.downstream.http.muxed_sse import SseSessions
+from mcp_loop_guard.proxy.downstream.http.muxed_stateless import StatelessRequests, posted
 from mcp_loop_guard.proxy.downstream.http.relayed import SESSION, VERSION
-from mcp_loop_guard.proxy.downstream.http.replies import event_stream, is_modern, json_reply, read_body, single_answer
+from mcp_loop_guard.proxy.downstream.http.replies import event_stream, is_modern, json_reply, single_answer
 from mcp_loop_guard.proxy.downstream.http.sessionless import Sessionless
 from mcp_loop_guard.proxy.downstream.sessions import SessionFactory
+from mcp_loop_guard.proxy.relay.judge import Judge
 from mcp_loop_guard.proxy.relay.pipe import Pipe
 from mcp_loop_guard.proxy.relay.session_server import STOPPING
+from mcp_loop_guard.proxy.relay.tools import ToolFacts
 from mcp_loop_guard.proxy.upstream.mux import Mux
 from mcp_loop_guard.proxy.upstream.mux_view import MuxView
 from mcp_loop_guard.proxy.upstream.pool import Slot
@@ -74,6 +78,8 @@ class MuxedRelay:
         self.metrics = metrics
         self.translating = translating
         self.sessions = MuxedSessions(plan, agents, metrics)
+        self.facts = ToolFacts()
+        self.stateless = StatelessRequests(self)
         self._watched: set[int] = set()
         self._tg: anyio.abc.TaskGroup | None = None
 
@@ -172,7 +178,12 @@ class MuxedRelay:
             )
             return
         method = scope["method"]
-        if method == "POST":
+        if self.settings.stateless:
+            if method == "POST":
+                await self.stateless.post(scope, receive, send)
+            else:
+                await reply(send, 405, "Method Not Allowed: a stateless server has no sessions", [(b"allow", b"POST")])
+        elif method == "POST":
             await self._post(scope, receive, send)
         elif method == "GET":
             await self._get(scope, receive, send)
@@ -201,17 +212,8 @@ class MuxedRelay:
         return session
 
     async def _post(self, scope: Scope, receive: Receive, send: Send) -> None:
-        body = await read_body(receive)
-        parsed = wire.parse(body)
-        if parsed is None or (isinstance(parsed, BadLine) and parsed.reply is not None):
-            refusal = parsed.reply if parsed is not None else wire.error(None, wire.PARSE_ERROR, "Parse error: empty")
-            assert refusal is not None
-            await json_reply(send, 400, refusal)
-            return
-        accept = header(scope, b"accept") or b""
-        is_request = isinstance(parsed, Message) and parsed.is_request
-        if is_request and b"text/event-stream" not in accept and b"application/json" not in accept:
-            await reply(send, 406, "Not Acceptable: the client must accept text/event-stream or application/json")
+        parsed = await posted(scope, receive, send)
+        if parsed is None:
             return
         if isinstance(parsed, Message) and parsed.method == "initialize" and header(scope, SESSION) is None:
             session = await self._open(scope, send)
@@ -226,7 +228,7 @@ class MuxedRelay:
             await send({"type": "http.response.start", "status": 202, "headers": []})
             await send({"type": "http.response.body", "body": b""})
             return
-        await self._request(session, parsed, scope, receive, send)
+        await self.request(session, parsed, scope, receive, send)
 
     async def _open(self, scope: Scope, send: Send) -> MuxedSession | None:
         """A new session for an ``initialize``; None when there is no room (the client got 503)."""
@@ -247,10 +249,11 @@ class MuxedRelay:
         await self.end(idle)
         return True
 
-    def new_session(self, token: str, *, kind: str = "session") -> MuxedSession:
+    def new_session(self, token: str, *, kind: str = "session", judge: Judge | None = None) -> MuxedSession:
         """A session opened with ``token``; its view attaches to the child when it first sends.
 
         ``kind`` is the prefix of its agent's key, and says how its lines go (see :class:`MuxedSession`).
+        With ``judge`` (a keyed agent's, for one sessionless request) the session is not kept.
         """
         slot = self.slot
         spec = slot.spec
@@ -267,19 +270,16 @@ class MuxedRelay:
 
         view = MuxView(f"`{spec.display}`", to_session, gone, listed, self._serving)
         view.down = f"upstream `{spec.display}` is {slot.status}: {slot.detail}"
-        session = self.sessions.new(token, view, kind=kind)
-        loop = agent_loop(self.plan, self.agents.store, self.agents.health, self.sessions.key(session))
-        judge = judge_for(
-            self.plan, loop, label=self.sessions.key(session), events=self.agents.events, observe=self.agents.observe
-        )
-        pipe = Pipe(
-            spec,
-            session.send,
-            judge,
-            limits=self.limits,
-            on_abort=lambda: self._aborted(session),
-            channel=view,
-        )
+        if judge is None:
+            session = self.sessions.new(token, view, kind=kind)
+            key = self.sessions.key(session)
+            loop = agent_loop(self.plan, self.agents.store, self.agents.health, key)
+            judge = judge_for(self.plan, loop, label=key, events=self.agents.events, observe=self.agents.observe)
+        else:
+            session = MuxedSession(b"", token, view, kind=kind)
+        aborted = partial(self._aborted, session)
+        pipe = Pipe(spec, session.send, judge, limits=self.limits, on_abort=aborted, channel=view)
+        pipe.tools.facts = self.facts  # one child: what one session learnt of its tools holds for all
         session.pipe = pipe
         return session
 
@@ -288,7 +288,7 @@ class MuxedRelay:
         slot = self.slot
         return slot.connection.mux if slot.connection is not None and slot.status == "ready" else None
 
-    async def _request(
+    async def request(
         self, session: MuxedSession, message: Message, scope: Scope, receive: Receive, send: Send
     ) -> None:
         """A client request: relayed, and what belongs to it streamed back until its answer."""
@@ -307,7 +307,7 @@ class MuxedRelay:
         try:
             await pipe.take_client(message)
             accept = header(scope, b"accept") or b""
-            headers = [(b"mcp-session-id", session.session_id)]
+            headers = [(b"mcp-session-id", session.session_id)] if session.session_id else []
             if b"text/event-stream" in accept:
                 await event_stream(reader, headers, receive, send)
             else:
@@ -339,6 +339,9 @@ class MuxedRelay:
 
     def _aborted(self, session: MuxedSession) -> None:
         """An aborting refusal is on its stream: the session ends now (the refusal still goes out)."""
+        if not session.session_id:
+            logger.warning("an agent was aborted for looping; its requests get 429 for a while")
+            return
         logger.warning("session %s aborted: its agent kept looping", session.short)
         self.sessions.retire(session)
 
