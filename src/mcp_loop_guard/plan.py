@@ -63,17 +63,12 @@ class Plan:
 
     @property
     def single_relayed(self) -> StdioServer | HttpServer | None:
-        """The one upstream a stdio guard relays message by message: a command, or a streamable HTTP URL.
+        """The one upstream a stdio guard relays message by message: a command, or an HTTP (or legacy SSE) URL.
 
-        A legacy SSE upstream, or several upstreams under one name, go through the SDK's sessions.
+        Several upstreams under one name go through the SDK's sessions.
         """
         servers = self.config.servers
-        if len(servers) != 1:
-            return None
-        server = servers[0]
-        if isinstance(server, StdioServer) or server.transport == "http":
-            return server
-        return None
+        return servers[0] if len(servers) == 1 else None
 
 
 def _without_tools(overrides: Mapping[str, Any]) -> Mapping[str, Any]:

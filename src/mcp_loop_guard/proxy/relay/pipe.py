@@ -26,6 +26,7 @@ from mcp_loop_guard.proxy.relay.verdicts import SERVER_INFO
 from mcp_loop_guard.proxy.upstream.channel import Channel, UpstreamDownError
 from mcp_loop_guard.proxy.upstream.child import ChildProcess
 from mcp_loop_guard.proxy.upstream.http_lines import HttpLines
+from mcp_loop_guard.proxy.upstream.sse_lines import SseLines
 from mcp_loop_guard.proxy.upstream.stdio import HANDSHAKE_TIMEOUT, StdioUpstream
 from mcp_loop_guard.proxy.wire import messages as wire
 from mcp_loop_guard.proxy.wire.lines import Oversized
@@ -57,6 +58,15 @@ class Pipe:
         self.upstream: Channel
         if channel is not None:
             self.upstream = channel
+        elif isinstance(spec, HttpServer) and spec.transport == "sse":
+            self.upstream = SseLines(
+                spec,
+                self.from_upstream,
+                self.upstream_lost,
+                on_restart=self.upstream_restarted,
+                max_bytes=limits.max_message_bytes,
+                handshake_timeout=handshake,
+            )
         elif isinstance(spec, HttpServer):
             self.upstream = HttpLines(
                 spec,
@@ -314,8 +324,8 @@ class Pipe:
             self.tools.facts.forget()
             await upstream.replace(servers[0])
             return None
-        if len(servers) == 1 and isinstance(servers[0], HttpServer) and isinstance(upstream, HttpLines):
-            if servers[0].url != upstream.spec.url or servers[0].transport != "http":
+        if len(servers) == 1 and isinstance(servers[0], HttpServer) and isinstance(upstream, HttpLines | SseLines):
+            if servers[0].url != upstream.spec.url or servers[0].transport != upstream.spec.transport:
                 return "this guard relays one HTTP server directly; another URL needs a restart"
             self.server = servers[0].name
             upstream.spec = servers[0]

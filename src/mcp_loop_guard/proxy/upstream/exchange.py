@@ -88,10 +88,12 @@ class HttpExchange:
         body: bytes = b"",
         *,
         sent: Callable[[], None] | None = None,
+        target: str | None = None,
     ) -> AsyncIterator[Response]:
         """One request with the client's MCP headers; the response, its body still to be read.
 
-        ``sent``: called once the request is written, before its answer.
+        ``sent``: called once the request is written, before its answer. ``target``: a path on
+        the endpoint's origin to send it to instead (a legacy SSE server's message endpoint).
 
         Raises:
             UpstreamHttpError: the upstream cannot be reached, or the connection broke.
@@ -99,7 +101,7 @@ class HttpExchange:
         kept = [(key, value) for key, value in headers if key in FORWARDED_REQUEST_HEADERS or key.startswith(b"mcp-")]
         try:
             for _ in range(MAX_REDIRECTS):
-                async with self.pool.request(method, kept, body, sent=sent) as response:
+                async with self.pool.request(method, kept, body, sent=sent, target=target) as response:
                     target = self._redirected(method, response)
                     if target is None:
                         yield response

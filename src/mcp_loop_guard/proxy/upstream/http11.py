@@ -228,17 +228,24 @@ class Http11Pool:
 
     @asynccontextmanager
     async def request(
-        self, method: str, headers: Headers, body: bytes = b"", *, sent: Callable[[], None] | None = None
+        self,
+        method: str,
+        headers: Headers,
+        body: bytes = b"",
+        *,
+        sent: Callable[[], None] | None = None,
+        target: str | None = None,
     ) -> AsyncIterator[Response]:
         """Send one request; the answer, its body to be read within the context.
 
         ``sent`` is called once the request is written (before its answer): a caller keeping
-        messages in order may send the next one then.
+        messages in order may send the next one then. ``target``: another path (and query) on
+        the same origin than the endpoint's.
 
         Raises:
             Http11Error: the server cannot be reached, or broke off before its answer's head.
         """
-        head = self._head(method, headers, body)
+        head = self._head(method, headers, body, target or self.target)
         for attempt in (1, 2):
             connection, reused = await self._connection()
             try:
@@ -267,8 +274,8 @@ class Http11Pool:
                 await self._release(connection, response)
             return
 
-    def _head(self, method: str, headers: Headers, body: bytes) -> bytes:
-        lines = [f"{method} {self.target} HTTP/1.1".encode(), b"host: " + self.authority]
+    def _head(self, method: str, headers: Headers, body: bytes, target: str) -> bytes:
+        lines = [f"{method} {target} HTTP/1.1".encode(), b"host: " + self.authority]
         given = {key for key, _ in headers}
         lines.extend(key + b": " + value for key, value in self.headers if key not in given)
         lines.extend(key + b": " + value for key, value in headers)

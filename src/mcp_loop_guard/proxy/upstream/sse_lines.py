@@ -1,0 +1,242 @@
+"""A legacy SSE server as the message relay's upstream: one event stream in, one POST per message out.
+
+The server's GET event stream carries everything it sends; its first event names the
+endpoint each client message is POSTed to, in the client's order. The stream is the session:
+when it ends, the requests in flight get the reason at once, and the stream is opened again
+(after a backoff delay) with the client's ``initialize`` replayed, so the client's session
+goes on. Requests the guard sends itself carry ids of their own; their answers never reach
+the client.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Awaitable, Callable, Coroutine
+from typing import Any
+from urllib.parse import urljoin, urlsplit
+
+import anyio
+import anyio.abc
+
+from mcp_loop_guard.config import HttpServer, redact_url
+from mcp_loop_guard.proxy.upstream.backoff import Backoff
+from mcp_loop_guard.proxy.upstream.channel import Incoming, UpstreamDownError
+from mcp_loop_guard.proxy.upstream.exchange import HttpExchange, UpstreamHttpError
+from mcp_loop_guard.proxy.upstream.http_answers import EVENTS, JSON, drain
+from mcp_loop_guard.proxy.wire import sse
+from mcp_loop_guard.proxy.wire.messages import Message, own_request_id, parse
+
+__all__ = ["SseLines"]
+
+logger = logging.getLogger(__name__)
+
+
+class SseLines:
+    """One legacy SSE session, opened again whenever its event stream ends."""
+
+    def __init__(
+        self,
+        spec: HttpServer,
+        on_message: Incoming,
+        on_lost: Callable[[str], Awaitable[None]],
+        *,
+        on_restart: Callable[[], Coroutine[Any, Any, None]] | None = None,
+        max_bytes: int,
+        handshake_timeout: float,
+        backoff: Backoff | None = None,
+    ) -> None:
+        """``on_lost(reason)``: the session ended; every request in flight is to be answered with ``reason``."""
+        self.spec = spec
+        self.exchange = HttpExchange(spec)
+        self.on_message = on_message
+        self.on_lost = on_lost
+        self.on_restart = on_restart
+        self.max_bytes = max_bytes
+        self.handshake_timeout = handshake_timeout
+        self.backoff = backoff or Backoff()
+        self.initialize: dict[str, Any] | None = None
+        self.initialized: bytes | None = None
+        self.restarts = 0
+        self._endpoint: str | None = None
+        self._open = anyio.Event()
+        self._tried = anyio.Event()
+        """Set once the first attempt to open the stream succeeded or failed: messages then wait no more."""
+        self._down = "the event stream is not open yet"
+        self._own: dict[str, tuple[anyio.Event, list[dict[str, Any]]]] = {}
+        self._order = anyio.Lock()
+        self._streams = 0
+
+    @property
+    def label(self) -> str:
+        """How messages name the upstream: its URL without secrets."""
+        return f"`{redact_url(self.spec.url)}`"
+
+    def down_reason(self) -> str | None:
+        """Why no message can go now, or None while the session is open."""
+        return None if self._endpoint is not None else self._down
+
+    async def run(self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
+        """Keep the session's event stream open until cancelled."""
+        task_status.started()
+        failures = 0
+        try:
+            while True:
+                reason = await self._listen()
+                failures = 0 if self._endpoint is not None else failures + 1
+                await self._lost(reason)
+                await anyio.sleep(self.backoff.delay(max(failures, 1)))
+        finally:
+            with anyio.CancelScope(shield=True):
+                await self.exchange.aclose()
+
+    async def _listen(self) -> str:
+        """One event stream, from its opening to its end; why it ended."""
+        async with anyio.create_task_group() as tg:  # the handshake replayed to a reopened session runs beside it
+            try:
+                await self._read(tg)
+                reason = f"upstream {self.label} closed its event stream"
+            except UpstreamHttpError as error:
+                reason = str(error)
+            tg.cancel_scope.cancel()
+        return reason
+
+    async def _read(self, tg: anyio.abc.TaskGroup) -> None:
+        async with self.exchange.send("GET", [(b"accept", EVENTS)]) as response:
+            if not response.is_success:
+                await drain(response)
+                raise UpstreamHttpError(f"upstream {self.label} answered HTTP {response.status_code} to GET")
+            splitter = sse.EventSplitter(self.max_bytes)
+            try:
+                async for chunk in response.chunks():
+                    for event in splitter.feed(chunk):
+                        await self._event(event, tg)
+            except ValueError as error:  # an event over the size limit: the stream cannot go on
+                raise UpstreamHttpError(f"upstream {self.label}: {error}") from None
+
+    async def _event(self, event: bytes, tg: anyio.abc.TaskGroup) -> None:
+        data = sse.data_of(event)
+        if data is None:
+            return
+        if (sse.field_of(event, b"event") or b"message") == b"endpoint":
+            self._opened(data.decode("utf-8", "replace").strip(), tg)
+            return
+        item = parse(data)
+        if not isinstance(item, Message):
+            if item is not None:
+                logger.warning("upstream %s sent an event that is no JSON-RPC message; ignored", self.label)
+            return
+        ident = item.body.get("id")
+        own = self._own.pop(ident, None) if isinstance(ident, str) and item.is_response else None
+        if own is not None:
+            own[1].append(item.body)
+            own[0].set()
+            return
+        await self.on_message(item)
+
+    def _opened(self, endpoint: str, tg: anyio.abc.TaskGroup) -> None:
+        """The server named where messages go: the session is open (again)."""
+        url = urljoin(self.spec.url, endpoint)
+        here, there = urlsplit(self.spec.url), urlsplit(url)
+        if (here.scheme, here.netloc) != (there.scheme, there.netloc):
+            self._down = f"upstream {self.label} named a message endpoint on another origin; not followed"
+            logger.warning("%s", self._down)
+            return
+        self._endpoint = (there.path or "/") + (f"?{there.query}" if there.query else "")
+        self._tried.set()
+        self._streams += 1
+        if self._streams > 1 and self.initialize is not None:
+            tg.start_soon(self._reopened)
+        else:
+            self._open.set()
+
+    async def _reopened(self) -> None:
+        """A new session for the client's old one: its handshake replayed first."""
+        assert self.initialize is not None
+        answer = await self._ask("initialize", self.initialize.get("params"), within=self.handshake_timeout)
+        if answer is None or "result" not in answer:
+            self._down = f"upstream {self.label} did not complete the handshake again"
+            logger.warning("%s", self._down)
+            return
+        if self.initialized is not None:
+            await self._post(self.initialized.rstrip(b"\n"))
+        self.restarts += 1
+        self._open.set()
+        logger.info("reopened the session with upstream %s", self.label)
+        if self.on_restart is not None:
+            await self.on_restart()
+
+    async def _lost(self, reason: str) -> None:
+        self._endpoint = None
+        self._open = anyio.Event()
+        self._down = reason
+        self._tried.set()
+        for done, _ in self._own.values():
+            done.set()
+        logger.warning("%s; opening it again", reason)
+        await self.on_lost(reason)
+
+    async def send_message(self, message: Message) -> None:
+        """POST one message to the session's endpoint, in order with the ones before it.
+
+        At start it waits for the first attempt to open the stream; while the stream is being
+        opened again after it ended, messages fail at once with the reason, as for a dead child.
+
+        Raises:
+            UpstreamDownError: the session is not open, or the server refused the message.
+        """
+        if not self._open.is_set():
+            with anyio.move_on_after(self.handshake_timeout):
+                await self._tried.wait()
+                if self._endpoint is not None:
+                    await self._open.wait()  # the handshake is being replayed
+        if not self._open.is_set():
+            raise UpstreamDownError(f"upstream {self.label} is not connected: {self._down}")
+        await self._post(message.line().rstrip(b"\n"))
+
+    async def _post(self, body: bytes) -> None:
+        endpoint = self._endpoint
+        if endpoint is None:
+            raise UpstreamDownError(f"upstream {self.label} is not connected: {self._down}")
+        headers = [(b"content-type", JSON), (b"accept", JSON + b", " + EVENTS)]
+        async with self._order:
+            try:
+                async with self.exchange.send("POST", headers, body, target=endpoint) as response:
+                    await drain(response)
+                    if not response.is_success:
+                        status = response.status_code
+                        raise UpstreamDownError(f"upstream {self.label} answered HTTP {status} to a message")
+            except UpstreamHttpError as error:
+                raise UpstreamDownError(str(error)) from None
+
+    async def request(self, method: str, params: Any, *, within: float) -> dict[str, Any] | None:
+        """A request of the guard's own: the answer's body, or None (no answer in time, or the session is down)."""
+        if not self._open.is_set():
+            return None
+        return await self._ask(method, params, within=within)
+
+    async def _ask(self, method: str, params: Any, *, within: float) -> dict[str, Any] | None:
+        ident = own_request_id()
+        done, answers = anyio.Event(), list[dict[str, Any]]()
+        self._own[ident] = (done, answers)
+        body: dict[str, Any] = {"jsonrpc": "2.0", "id": ident, "method": method}
+        if params is not None:
+            body["params"] = params
+        try:
+            await self._post(Message(body).line().rstrip(b"\n"))
+            with anyio.move_on_after(within if math.isfinite(within) else self.handshake_timeout):
+                await done.wait()
+        except UpstreamDownError:
+            return None
+        finally:
+            self._own.pop(ident, None)
+        return answers[0] if answers else None
+
+    def learn_tools(self, tools: list[Any]) -> None:
+        """Nothing to learn: every message goes the same way."""
+
+    def end_input(self) -> None:
+        """Nothing to close: the session ends with the guard (its event stream closes)."""
+
+    async def wait_ended(self) -> None:
+        """The answers still due come on the event stream while it is open."""
