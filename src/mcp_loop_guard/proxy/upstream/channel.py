@@ -9,9 +9,9 @@ import anyio
 import anyio.abc
 
 from mcp_loop_guard.proxy.wire.lines import Oversized
-from mcp_loop_guard.proxy.wire.messages import BadLine, Message
+from mcp_loop_guard.proxy.wire.messages import BadLine, Message, own_request_id
 
-__all__ = ["Channel", "Incoming", "UpstreamDownError"]
+__all__ = ["Channel", "Incoming", "OwnRequests", "UpstreamDownError"]
 
 Incoming = Callable[[Message | BadLine | Oversized], Awaitable[None]]
 """Where the upstream's messages go (the relay's ``from_upstream``)."""
@@ -66,3 +66,52 @@ class Channel(Protocol):
     async def wait_ended(self) -> None:
         """Wait until the work the upstream was given is done (the child exited, the answers came)."""
         ...
+
+
+class OwnRequests:
+    """The requests a channel sends for the guard itself, each waiting for its answer (never the client's)."""
+
+    def __init__(self) -> None:
+        """None waiting."""
+        self._waiting: dict[str, tuple[anyio.Event, list[dict[str, Any]]]] = {}
+
+    def __contains__(self, ident: object) -> bool:
+        return ident in self._waiting
+
+    def answered(self, message: Message) -> bool:
+        """Take an answer to one of them; False when it is not theirs."""
+        ident = message.body.get("id")
+        waiting = self._waiting.get(ident) if isinstance(ident, str) and message.is_response else None
+        if waiting is None:
+            return False
+        waiting[1].append(message.body)
+        waiting[0].set()
+        return True
+
+    def give_up(self, ident: object = None) -> None:
+        """Stop waiting: for one request (no answer will come), or for all of them (the upstream went away)."""
+        for key, (done, _) in self._waiting.items():
+            if ident is None or key == ident:
+                done.set()
+
+    async def ask(
+        self, method: str, params: Any, send: Callable[[Message], Awaitable[None]], *, within: float
+    ) -> dict[str, Any] | None:
+        """Send a request with an id of the guard's own and wait for its answer's body; None without one in time.
+
+        Raises:
+            UpstreamDownError: ``send`` could not send it.
+        """
+        ident = own_request_id()
+        done, answers = anyio.Event(), list[dict[str, Any]]()
+        self._waiting[ident] = (done, answers)
+        body: dict[str, Any] = {"jsonrpc": "2.0", "id": ident, "method": method}
+        if params is not None:
+            body["params"] = params
+        try:
+            with anyio.move_on_after(within):
+                await send(Message(body))
+                await done.wait()
+        finally:
+            self._waiting.pop(ident, None)
+        return answers[0] if answers else None

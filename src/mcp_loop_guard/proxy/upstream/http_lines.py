@@ -24,13 +24,13 @@ import anyio.abc
 
 from mcp_loop_guard import codec
 from mcp_loop_guard.config import HttpServer, redact_url
-from mcp_loop_guard.proxy.upstream.channel import Incoming, UpstreamDownError
+from mcp_loop_guard.proxy.upstream.channel import Incoming, OwnRequests, UpstreamDownError
 from mcp_loop_guard.proxy.upstream.exchange import HttpExchange, Response, UpstreamHttpError
 from mcp_loop_guard.proxy.upstream.http_answers import EVENTS, JSON, Resume, drain, read_messages
 from mcp_loop_guard.proxy.upstream.http_headers import ParamHeaders, routing_headers
 from mcp_loop_guard.proxy.upstream.http_streams import HttpStreams
 from mcp_loop_guard.proxy.wire.lines import Oversized
-from mcp_loop_guard.proxy.wire.messages import Message, RequestId, own_request_id
+from mcp_loop_guard.proxy.wire.messages import Message, RequestId
 
 logger = logging.getLogger(__name__)
 
@@ -77,7 +77,7 @@ class HttpLines(HttpStreams):
         self._tg: anyio.abc.TaskGroup | None = None
         self._order = anyio.Lock()
         self._reopening = anyio.Lock()
-        self._own: dict[str, tuple[anyio.Event, list[dict[str, Any]]]] = {}
+        self._own = OwnRequests()
         self._busy = 0
         self._idle = anyio.Event()
         self._idle.set()
@@ -231,9 +231,8 @@ class HttpLines(HttpStreams):
         if ident is None:
             return
         reason = f"upstream {self.label} {why}"
-        own = self._own.get(ident) if isinstance(ident, str) else None
-        if own is not None:
-            own[0].set()
+        if ident in self._own:
+            self._own.give_up(ident)
         else:
             await self.on_failure(ident, reason)
 
@@ -245,10 +244,7 @@ class HttpLines(HttpStreams):
                 handshake = True
                 version = (item.body.get("result") or {}).get("protocolVersion")
                 self.version = version.encode() if isinstance(version, str) else None
-            own = self._own.get(ident) if isinstance(ident, str) else None
-            if own is not None:
-                own[1].append(item.body)
-                own[0].set()
+            if self._own.answered(item):
                 return
         await self.on_message(item)
         release = self._handshaken
@@ -260,21 +256,12 @@ class HttpLines(HttpStreams):
 
     async def request(self, method: str, params: Any, *, within: float) -> dict[str, Any] | None:
         """A request of the guard's own, carrying the session: the answer's body, or None."""
-        ident = own_request_id()
-        done, answers = anyio.Event(), list[dict[str, Any]]()
-        self._own[ident] = (done, answers)
-        body: dict[str, Any] = {"jsonrpc": "2.0", "id": ident, "method": method}
-        if params is not None:
-            body["params"] = params
         try:
-            with anyio.move_on_after(within if math.isfinite(within) else self.handshake_timeout):
-                await self.send_message(Message(body))
-                await done.wait()
+            return await self._own.ask(
+                method, params, self.send_message, within=within if math.isfinite(within) else self.handshake_timeout
+            )
         except UpstreamDownError:
             return None
-        finally:
-            self._own.pop(ident, None)
-        return answers[0] if answers else None
 
     async def _reopen(self, stale: bytes) -> None:
         """The server forgot the session: open another with the client's handshake, then go on."""
@@ -285,17 +272,14 @@ class HttpLines(HttpStreams):
             if self.initialize is None:
                 return
             logger.warning("upstream %s forgot the session; opening another with the client's handshake", self.label)
-            ident = own_request_id()
-            done, answers = anyio.Event(), list[dict[str, Any]]()
-            self._own[ident] = (done, answers)
-            handshake = Message({"jsonrpc": "2.0", "id": ident, "method": "initialize", **_params(self.initialize)})
-            try:
-                with anyio.move_on_after(self.handshake_timeout):
-                    await self._exchange(handshake, ident, _nothing)
-                    await done.wait()
-            finally:
-                self._own.pop(ident, None)
-            if not answers or "result" not in answers[0]:
+
+            async def handshake(message: Message) -> None:
+                await self._exchange(message, message.id, _nothing)
+
+            answer = await self._own.ask(
+                "initialize", self.initialize.get("params"), handshake, within=self.handshake_timeout
+            )
+            if answer is None or "result" not in answer:
                 return
             if self.initialized is not None:
                 await self._exchange(Message({"jsonrpc": "2.0", "method": "notifications/initialized"}), None, _nothing)
@@ -312,10 +296,6 @@ class _Sending:
     failure: str | None = None
     returned: bool = False
     """The sender stopped waiting: a later failure is the relay's to report (``on_failure``)."""
-
-
-def _params(request: dict[str, Any]) -> dict[str, Any]:
-    return {"params": request["params"]} if "params" in request else {}
 
 
 def _nothing() -> None:

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 import anyio
 import anyio.abc
 
-from mcp_loop_guard.proxy.upstream.channel import UpstreamDownError
+from mcp_loop_guard.proxy.upstream.channel import OwnRequests, UpstreamDownError
 from mcp_loop_guard.proxy.upstream.child import ChildProcess
 from mcp_loop_guard.proxy.wire import messages as wire
 from mcp_loop_guard.proxy.wire.lines import LineReader, Oversized
@@ -63,7 +63,7 @@ class Mux:
         """Our progress token -> its view and the client's token."""
         self._asked: dict[RequestId, MuxView] = {}
         """The child's requests routed to a view, until answered."""
-        self._own: dict[str, tuple[anyio.Event, list[dict[str, Any]]]] = {}
+        self._own = OwnRequests()
         self._primary_open: set[RequestId] = set()
         self._handshake: RequestId | None = None
 
@@ -94,13 +94,12 @@ class Mux:
             await self._notification(item)
 
     async def _answer(self, ident: RequestId | None, item: Item) -> None:
+        if isinstance(item, Message) and self._own.answered(item):
+            return
+        if ident in self._own:
+            self._own.give_up(ident)  # its answer was too large or malformed
+            return
         if isinstance(ident, str) and ident.startswith(self._nonce):
-            own = self._own.pop(ident, None)
-            if own is not None:
-                if isinstance(item, Message):
-                    own[1].append(item.body)
-                own[0].set()
-                return
             route = self._routes.pop(ident, None)
             if route is not None:
                 view, client_id = route
@@ -245,21 +244,14 @@ class Mux:
 
     async def ask(self, method: str, params: Any, *, within: float) -> dict[str, Any] | None:
         """A request of the guard's own (a view learning the tools): the answer's body, or None."""
-        ident = self.new_id()
-        done, answers = anyio.Event(), list[dict[str, Any]]()
-        self._own[ident] = (done, answers)
-        body: dict[str, Any] = {"jsonrpc": "2.0", "id": ident, "method": method}
-        if params is not None:
-            body["params"] = params
+
+        async def write(message: Message) -> None:
+            await self.write(message.line())
+
         try:
-            await self.write(Message(body).line())
-            with anyio.move_on_after(within):
-                await done.wait()
+            return await self._own.ask(method, params, write, within=within)
         except UpstreamDownError:
             return None
-        finally:
-            self._own.pop(ident, None)
-        return answers[0] if answers else None
 
     # --- life --------------------------------------------------------------------------------
 
@@ -281,8 +273,7 @@ class Mux:
         if self.closed is not None:
             return
         self.closed = reason
-        for done, _ in self._own.values():
-            done.set()
+        self._own.give_up()
         for view in list(self.views):
             self.detach(view)
             await view.gone(reason)

@@ -21,11 +21,11 @@ import anyio.abc
 
 from mcp_loop_guard.config import HttpServer, redact_url
 from mcp_loop_guard.proxy.upstream.backoff import Backoff
-from mcp_loop_guard.proxy.upstream.channel import Incoming, UpstreamDownError
+from mcp_loop_guard.proxy.upstream.channel import Incoming, OwnRequests, UpstreamDownError
 from mcp_loop_guard.proxy.upstream.exchange import HttpExchange, UpstreamHttpError
 from mcp_loop_guard.proxy.upstream.http_answers import EVENTS, JSON, drain
 from mcp_loop_guard.proxy.wire import sse
-from mcp_loop_guard.proxy.wire.messages import Message, own_request_id, parse
+from mcp_loop_guard.proxy.wire.messages import Message, parse
 
 __all__ = ["SseLines"]
 
@@ -63,7 +63,7 @@ class SseLines:
         self._tried = anyio.Event()
         """Set once the first attempt to open the stream succeeded or failed: messages then wait no more."""
         self._down = "the event stream is not open yet"
-        self._own: dict[str, tuple[anyio.Event, list[dict[str, Any]]]] = {}
+        self._own = OwnRequests()
         self._order = anyio.Lock()
         self._streams = 0
 
@@ -126,13 +126,8 @@ class SseLines:
             if item is not None:
                 logger.warning("upstream %s sent an event that is no JSON-RPC message; ignored", self.label)
             return
-        ident = item.body.get("id")
-        own = self._own.pop(ident, None) if isinstance(ident, str) and item.is_response else None
-        if own is not None:
-            own[1].append(item.body)
-            own[0].set()
-            return
-        await self.on_message(item)
+        if not self._own.answered(item):
+            await self.on_message(item)
 
     def _opened(self, endpoint: str, tg: anyio.abc.TaskGroup) -> None:
         """The server named where messages go: the session is open (again)."""
@@ -171,8 +166,7 @@ class SseLines:
         self._open = anyio.Event()
         self._down = reason
         self._tried.set()
-        for done, _ in self._own.values():
-            done.set()
+        self._own.give_up()
         logger.warning("%s; opening it again", reason)
         await self.on_lost(reason)
 
@@ -216,21 +210,15 @@ class SseLines:
         return await self._ask(method, params, within=within)
 
     async def _ask(self, method: str, params: Any, *, within: float) -> dict[str, Any] | None:
-        ident = own_request_id()
-        done, answers = anyio.Event(), list[dict[str, Any]]()
-        self._own[ident] = (done, answers)
-        body: dict[str, Any] = {"jsonrpc": "2.0", "id": ident, "method": method}
-        if params is not None:
-            body["params"] = params
+        async def post(message: Message) -> None:
+            await self._post(message.line().rstrip(b"\n"))
+
         try:
-            await self._post(Message(body).line().rstrip(b"\n"))
-            with anyio.move_on_after(within if math.isfinite(within) else self.handshake_timeout):
-                await done.wait()
+            return await self._own.ask(
+                method, params, post, within=within if math.isfinite(within) else self.handshake_timeout
+            )
         except UpstreamDownError:
             return None
-        finally:
-            self._own.pop(ident, None)
-        return answers[0] if answers else None
 
     def learn_tools(self, tools: list[Any]) -> None:
         """Nothing to learn: every message goes the same way."""
