@@ -90,16 +90,41 @@ async def test_the_stdio_relay_sends_a_span_per_call_with_verdict_events_and_con
         assert message["params"]["_meta"]["traceparent"] == f"00-{TRACE_ID}-{span.span_id}-01"
 
 
-async def test_the_http_guard_continues_a_trace_from_the_request_headers(
-    rig: Rig, counting: CountingUpstream, receiver: Receiver
+async def test_the_http_relay_continues_a_trace_from_the_request_headers(
+    rig: Rig, counting: CountingUpstream, receiver: Receiver, tmp_path: Path
 ) -> None:
-    """Over HTTP (SDK path, keyed sessionless requests) the traceparent header is the span's parent."""
+    """Over HTTP (the relay in front of one stdio server, a keyed sessionless request) ``traceparent`` is the parent.
+
+    The upstream gets the guard's span as the parent of its own work, in ``_meta``.
+    """
+    tap = tmp_path / "tap.jsonl"
     env = {**counting.env, **otel_env(receiver), "LOOP_GUARD_STATE": "memory"}
-    argv = ["--stateless", "--", *counting.command]
+    argv = ["--stateless", "--", *wiretap_command(tap, counting.command)]
     async with serve_guard(argv, marker=rig.marker, stderr=rig.log("guard"), env=env) as guard:
         with anyio.fail_after(30):
             response = await raw_call(
                 guard.mcp_url, "echo", {"text": "x"}, {KEY_HEADER: "traced", "traceparent": TRACEPARENT}
+            )
+        assert payload_for(response, 1)["result"]["content"]
+        spans = await spans_of(receiver, 1)
+    assert (spans[0].trace_id, spans[0].parent_span_id) == (TRACE_ID, CLIENT_SPAN)
+    assert spans[0].attributes["mcp_loop_guard.server"]
+    (forwarded,) = tapped(tap, "server", "tools/call")
+    assert forwarded["params"]["_meta"]["traceparent"] == f"00-{TRACE_ID}-{spans[0].span_id}-01"
+
+
+async def test_the_sdk_path_continues_a_trace_from_the_request_headers(
+    rig: Rig, counting: CountingUpstream, receiver: Receiver
+) -> None:
+    """Over HTTP through the SDK (two upstreams) the header is the parent; the SDK's client span nests under ours."""
+    env = {**counting.env, **otel_env(receiver), "LOOP_GUARD_STATE": "memory"}
+    entry = {"command": counting.command[0], "args": counting.command[1:]}
+    config = rig.config({"counting": entry, "other": entry})
+    argv = ["--stateless", "--config", str(config)]
+    async with serve_guard(argv, marker=rig.marker, stderr=rig.log("guard"), env=env) as guard:
+        with anyio.fail_after(30):
+            response = await raw_call(
+                guard.mcp_url, "counting__echo", {"text": "x"}, {KEY_HEADER: "traced", "traceparent": TRACEPARENT}
             )
         assert payload_for(response, 1)["result"]["content"]
         spans = await spans_of(receiver, 1)
@@ -108,8 +133,6 @@ async def test_the_http_guard_continues_a_trace_from_the_request_headers(
                 await anyio.sleep(0.05)
     assert spans[0].trace_id == TRACE_ID
     assert spans[0].parent_span_id == CLIENT_SPAN
-    assert spans[0].attributes["mcp_loop_guard.server"]
-    # The SDK's client span for the upstream request nests under the guard's span.
     (upstream_call,) = [span for span in receiver.received() if span.parent_span_id == spans[0].span_id]
     assert upstream_call.trace_id == TRACE_ID
     assert upstream_call.attributes["mcp.method.name"] == "tools/call"

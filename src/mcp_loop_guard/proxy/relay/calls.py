@@ -17,6 +17,7 @@ from mcp_loop_guard.proxy.relay.tasks import wrong_shape
 from mcp_loop_guard.proxy.relay.verdicts import complete
 from mcp_loop_guard.proxy.wire import messages as wire
 from mcp_loop_guard.proxy.wire.messages import Message, RequestId
+from mcp_loop_guard.tracing import CARRIER_KEYS
 
 __all__ = ["WRONG_SHAPE", "bad_call", "begin_call", "finish_call", "refusal_message"]
 
@@ -38,14 +39,17 @@ async def begin_call(
     message: Message,
     params: Mapping[str, Any],
     annotations: Mapping[str, Any] | None,
+    *,
+    carried: Mapping[str, str] | None = None,
 ) -> Pending | Refusal:
     """Judge a well-formed ``tools/call`` (see :func:`bad_call`) before it is forwarded.
 
-    A call that goes on carries the guard's trace context in its ``_meta`` when tracing is on.
+    The client's trace context is its ``_meta``'s, else the one its transport ``carried``. A
+    call that goes on carries the guard's trace context in its ``_meta`` when tracing is on.
     """
     name = params["name"]
     meta = params.get("_meta")
-    trace = meta if isinstance(meta, dict) else None
+    trace = meta if isinstance(meta, dict) and any(key in meta for key in CARRIER_KEYS) else carried
     decision = await judge.begin(server, name, name, params.get("arguments"), annotations=annotations, trace=trace)
     if isinstance(decision, Pending) and decision.span is not None:
         carry(message, decision.trace_meta())

@@ -13,7 +13,7 @@ annotations (:mod:`.tool_list`).
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 
 from mcp_loop_guard.config import HttpServer, ServerSpec, StdioServer
 from mcp_loop_guard.plan import Limits
@@ -111,8 +111,12 @@ class Pipe:
         if parsed is not None:
             await self.take_client(parsed)
 
-    async def take_client(self, parsed: Message | BadLine) -> None:
-        """Handle one message the client sent, parsed already (by the transport that carried it)."""
+    async def take_client(self, parsed: Message | BadLine, *, trace: Mapping[str, str] | None = None) -> None:
+        """Handle one message the client sent, parsed already (by the transport that carried it).
+
+        ``trace``: the trace context the transport carried it with (HTTP's ``traceparent``
+        header), for a ``tools/call`` whose ``_meta`` has none.
+        """
         if isinstance(parsed, BadLine):
             logger.warning("rejected a line from the client: %s", parsed.problem)
             if parsed.reply is not None:
@@ -125,7 +129,7 @@ class Pipe:
                 await self._to_upstream(error)
             return
         if parsed.is_request:
-            await self._client_request(parsed)
+            await self._client_request(parsed, trace)
         elif parsed.is_notification:
             await self._client_notification(parsed)
         else:
@@ -133,7 +137,7 @@ class Pipe:
                 self.awaiting_client.discard(parsed.id)
             await self._to_upstream(parsed)
 
-    async def _client_request(self, message: Message) -> None:
+    async def _client_request(self, message: Message, trace: Mapping[str, str] | None = None) -> None:
         ident = message.id
         assert ident is not None
         if ident in self.flights:
@@ -148,7 +152,7 @@ class Pipe:
                 await self.send(bad.line())
                 return
             annotations = await self.tools.annotations(params["name"], params)
-            decision = await begin_call(self.judge, self.server, message, params, annotations)
+            decision = await begin_call(self.judge, self.server, message, params, annotations, carried=trace)
             if isinstance(decision, Refusal):
                 refusal = refusal_message(ident, decision, modern=flight.modern, server_info=self.flights.server_info)
                 await self.send(refusal.line())

@@ -17,7 +17,7 @@ from starlette.types import Scope, Send
 from mcp_loop_guard import codec
 from mcp_loop_guard.config import HttpServer
 from mcp_loop_guard.plan import Plan
-from mcp_loop_guard.proxy.downstream.http.middleware import token_of
+from mcp_loop_guard.proxy.downstream.http.middleware import token_of, trace_headers
 from mcp_loop_guard.proxy.downstream.http.relayed_sessions import RelayedSession, RelayedSessions
 from mcp_loop_guard.proxy.downstream.http.replies import (
     EVENTS,
@@ -93,6 +93,7 @@ class Exchange:
         self.relay = relay
         self.headers: Headers = scope["headers"]
         self.token = token_of(scope)
+        self.trace = trace_headers(scope)
         self.send = send
         self.body = body
         self.message = message
@@ -120,7 +121,8 @@ class Exchange:
                 return
             assert self.judge is not None
             annotations = await self._annotations(params)
-            decision = await begin_call(self.judge, self.relay.spec.name, message, params, annotations)
+            name = self.relay.spec.name
+            decision = await begin_call(self.judge, name, message, params, annotations, carried=self.trace)
             if isinstance(decision, Refusal):
                 answer = refusal_message(message.id, decision, modern=self.modern, server_info=self.relay.server_info)
                 await json_reply(self.send, 200, answer)

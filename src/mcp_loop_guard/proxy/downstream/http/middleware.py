@@ -68,6 +68,12 @@ def header(scope: Scope, name: bytes) -> bytes | None:
     return next((value for key, value in scope["headers"] if key == name), None)
 
 
+def trace_headers(scope: Scope) -> dict[str, str] | None:
+    """The W3C trace context a request carries in its headers (``traceparent``, ``tracestate``), if any."""
+    found = {key: value.decode("latin-1") for key, value in scope["headers"] if key in (b"traceparent", b"tracestate")}
+    return {key.decode(): value for key, value in found.items()} or None
+
+
 class HostGuard:
     """Host and Origin must be loopback or allowed, on every path but ``/healthz`` (a liveness probe)."""
 

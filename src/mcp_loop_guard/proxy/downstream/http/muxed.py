@@ -30,7 +30,14 @@ from mcp_loop_guard.plan import Limits, Plan
 from mcp_loop_guard.proxy.downstream.agents import agent_loop, judge_for
 from mcp_loop_guard.proxy.downstream.http.admin import LiveAgent
 from mcp_loop_guard.proxy.downstream.http.agents import Agents
-from mcp_loop_guard.proxy.downstream.http.middleware import RETRY_AFTER_BUSY, header, reply, retry_after, token_of
+from mcp_loop_guard.proxy.downstream.http.middleware import (
+    RETRY_AFTER_BUSY,
+    header,
+    reply,
+    retry_after,
+    token_of,
+    trace_headers,
+)
 from mcp_loop_guard.proxy.downstream.http.muxed_sessions import MuxedSession, MuxedSessions, stream_pair
 from mcp_loop_guard.proxy.downstream.http.muxed_sse import SseSessions
 from mcp_loop_guard.proxy.downstream.http.muxed_stateless import StatelessRequests, posted
@@ -305,7 +312,7 @@ class MuxedRelay:
         session.opened(message, writer)
         session.in_flight += 1
         try:
-            await pipe.take_client(message)
+            await pipe.take_client(message, trace=trace_headers(scope))
             accept = header(scope, b"accept") or b""
             headers = [(b"mcp-session-id", session.session_id)] if session.session_id else []
             if b"text/event-stream" in accept:
