@@ -1,12 +1,13 @@
 """One stdio child shared by every session of an HTTP guard: the SDK's connection to it, and relayed sessions.
 
 A child has one JSON-RPC connection. The guard's own SDK session (the *primary*) opens it
-with the handshake and serves the SDK-based paths (2026-07-28 clients, legacy SSE); each
-relayed session (a :class:`MuxView`) sends its messages through the same connection as they
-came, with its request ids and progress tokens replaced by ids of the guard's own, and gets
-back what is its own with the client's ids restored (a result keeps its bytes). The view's
-``initialize`` is answered with the child's own answer to the primary's, so the child sees
-one handshake however many clients come and go.
+with the handshake and serves the SDK-based paths (2026-07-28 clients, several upstreams);
+each relayed session (a :class:`Share`: :class:`~.mux_view.MuxView`) sends its messages
+through the same connection as they came, with its request ids and progress tokens
+replaced by ids of the guard's own, and gets back what is its own with the client's ids
+restored (a result keeps its bytes). A session's ``initialize`` is answered with the
+child's own answer to the primary's, so the child sees one handshake however many clients
+come and go.
 
 What the child sends is routed: an answer, progress and a cancellation to whoever asked; a
 request (sampling, elicitation, roots) to the one session with requests in flight, refused
@@ -20,7 +21,7 @@ import itertools
 import logging
 import secrets
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import anyio
 import anyio.abc
@@ -31,15 +32,32 @@ from mcp_loop_guard.proxy.wire import messages as wire
 from mcp_loop_guard.proxy.wire.lines import LineReader, Oversized
 from mcp_loop_guard.proxy.wire.messages import BadLine, Message, RequestId
 
-if TYPE_CHECKING:
-    from mcp_loop_guard.proxy.upstream.mux_view import MuxView
-
-__all__ = ["Item", "Mux"]
+__all__ = ["Item", "Mux", "Share"]
 
 logger = logging.getLogger(__name__)
 
 Item = Message | BadLine | Oversized
 UPDATED = "notifications/resources/updated"
+
+
+class Share(Protocol):
+    """One relayed session's share of the child, as the mux keeps it."""
+
+    mux: Mux | None
+    open: dict[RequestId, str]
+    """The session's requests waiting for the child: its id -> ours."""
+    tokens: dict[RequestId, str]
+    """Its requests' progress tokens: its request id -> our token."""
+    subscribed: set[object]
+    """The resources it subscribed to."""
+
+    async def deliver(self, item: Item) -> None:
+        """Something of the session's, from the child."""
+        ...
+
+    async def gone(self, reason: str) -> None:
+        """The child died under the session."""
+        ...
 
 
 class Mux:
@@ -50,18 +68,18 @@ class Mux:
         self.child = child
         self.to_primary = to_primary
         self.max_bytes = max_bytes
-        self.views: set[MuxView] = set()
+        self.views: set[Share] = set()
         self.identity: dict[str, Any] | None = None
         """The child's answer to the primary's ``initialize`` (its result, as it sent it)."""
         self.ready = anyio.Event()
         self.closed: str | None = None
         self._nonce = f"mlg-{secrets.token_hex(3)}-"
         self._ids = itertools.count(1)
-        self._routes: dict[str, tuple[MuxView, RequestId]] = {}
+        self._routes: dict[str, tuple[Share, RequestId]] = {}
         """Our id of a relayed request -> its view and the client's id."""
-        self._tokens: dict[str, tuple[MuxView, object]] = {}
+        self._tokens: dict[str, tuple[Share, object]] = {}
         """Our progress token -> its view and the client's token."""
-        self._asked: dict[RequestId, MuxView] = {}
+        self._asked: dict[RequestId, Share] = {}
         """The child's requests routed to a view, until answered."""
         self._own = OwnRequests()
         self._primary_open: set[RequestId] = set()
@@ -202,7 +220,7 @@ class Mux:
         """An id of our own, unique on this child."""
         return f"{self._nonce}{next(self._ids)}"
 
-    async def relay_request(self, view: MuxView, message: Message) -> None:
+    async def relay_request(self, view: Share, message: Message) -> None:
         """A view's request, under an id (and progress token) of ours."""
         client_id = message.id
         assert client_id is not None
@@ -223,7 +241,7 @@ class Mux:
             self.forget(view, client_id)
             raise
 
-    def forget(self, view: MuxView, client_id: RequestId) -> None:
+    def forget(self, view: Share, client_id: RequestId) -> None:
         """A view's request is over without the child's answer (cancelled, failed)."""
         ours = view.open.pop(client_id, None)
         if ours is not None:
@@ -232,7 +250,7 @@ class Mux:
         if token is not None:
             self._tokens.pop(token, None)
 
-    def answered(self, view: MuxView, client_id: RequestId) -> None:
+    def answered(self, view: Share, client_id: RequestId) -> None:
         """The child answered a view's request: its progress token is done too."""
         token = view.tokens.pop(client_id, None)
         if token is not None:
@@ -255,12 +273,12 @@ class Mux:
 
     # --- life --------------------------------------------------------------------------------
 
-    def attach(self, view: MuxView) -> None:
+    def attach(self, view: Share) -> None:
         """A relayed session uses this child from now on."""
         self.views.add(view)
         view.mux = self
 
-    def detach(self, view: MuxView) -> None:
+    def detach(self, view: Share) -> None:
         """A relayed session ended."""
         self.views.discard(view)
         for client_id in list(view.open):
