@@ -137,6 +137,13 @@ async def _memory(run: Run, task: TaskID) -> None:
             async with background_server(command, guard_port, run.log, build.env) as guard:
                 url = f"http://127.0.0.1:{guard_port}/mcp"
                 run.rows.append(await _idle_rss(run, task, case=case, via=build.label, server=guard, url=url))
+            shared_port = free_port()
+            command = build.http_stdio_command(shared_port, everything_command() or [])
+            async with background_server(command, shared_port, run.log, build.env) as guard:
+                url = f"http://127.0.0.1:{shared_port}/mcp"
+                via = f"{build.label} · stdio"
+                run.rows.append(await _idle_rss(run, task, case=case, via=via, server=guard, url=url))
+                run.rows[-1].note = "in front of one server-everything over stdio, shared by the sessions"
             keyed_port = free_port()
             command = [*build.http_command(keyed_port, f"http://127.0.0.1:{port}/mcp"), "--stateless"]
             memory_state = {**build.env, "LOOP_GUARD_STATE": "memory"}  # every key's state in the process measured
@@ -383,7 +390,7 @@ async def _run_all(run: Run, only: Sequence[str]) -> None:
     size = run.size
     steps: dict[str, tuple[int, Callable[[Run, TaskID], Awaitable[Any]]]] = {
         "fingerprint": (4, _fingerprint),
-        "memory": (size.detector_calls + size.idle_sessions * (1 + 2 * len(run.builds)), _memory),
+        "memory": (size.detector_calls + size.idle_sessions * (1 + 3 * len(run.builds)), _memory),
         "startup": (size.startup_rounds, _startup),
         "stdio": (2 * (size.echo_calls + size.echo_warmup) + size.large_calls + size.large_warmup, _stdio),
         "remote": (size.echo_calls + size.echo_warmup, _remote),
