@@ -61,4 +61,5 @@ echo "== mypy"
 echo "== pytest"
 # Most tests wait on real processes starting and answering: three workers keep two cores busy, and an
 # idle worker takes tests queued on a busy one (worksteal), so the long tests do not end the run alone.
-exec .venv/bin/pytest -n "${PYTEST_WORKERS:-3}" --dist worksteal "$@"
+# The slowest tests are listed at the end, to see where the time goes.
+exec .venv/bin/pytest -n "${PYTEST_WORKERS:-3}" --dist worksteal --durations=15 "$@"
