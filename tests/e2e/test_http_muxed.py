@@ -354,3 +354,29 @@ async def test_stateless_requests_with_the_same_id_at_once_are_answered_each_on_
     assert listen.status_code == 405, "no sessions, so no GET stream"
     assert len(servers) == 1
     assert len(counted_calls(log)) == 4
+
+
+async def test_a_client_leaving_mid_call_disturbs_no_one(rig: Rig, tmp_path: Path) -> None:
+    """A client drops its call's event stream while progress still comes: the child and the other session go on."""
+    log = tmp_path / "calls.jsonl"
+    args, env = _counting_args(log)
+    async with (
+        rig.guard(args, env=env) as guard,
+        open_http_session(guard.mcp_url) as other,
+        httpx2.AsyncClient(timeout=20) as http,
+    ):
+        raw = _RawSession(http, guard.mcp_url)
+        await raw.open()
+        before = _upstream_processes(guard, "counting_server")
+        params = {"name": "slow", "arguments": {"seconds": 1.0}, "_meta": {"progressToken": "p"}}
+        body = {"jsonrpc": "2.0", "id": 7, "method": "tools/call", "params": params}
+        with anyio.fail_after(10):
+            async with http.stream("POST", guard.mcp_url, json=body, headers=raw.headers) as response:
+                async for line in response.aiter_lines():
+                    if line.startswith("data: "):
+                        break  # the first progress event: the client goes away
+            await anyio.sleep(1.5)  # the rest of the progress, and the answer, find no stream
+            echoed = await other.session.call_tool("echo", {"text": "still served"})
+        after = _upstream_processes(guard, "counting_server")
+    assert texts(echoed) == ["still served"]
+    assert [p.pid for p in after] == [p.pid for p in before], "the child was not restarted"

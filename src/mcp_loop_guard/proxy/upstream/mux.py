@@ -128,7 +128,7 @@ class Mux:
                     item = Oversized(item.size, client_id)
                 else:
                     item = BadLine(item.problem, item.reply, client_id)
-                await view.deliver(item)
+                await self._deliver(view, item)
             return
         if ident is not None:
             self._primary_open.discard(ident)
@@ -148,7 +148,7 @@ class Mux:
             ident = message.id
             assert ident is not None
             self._asked[ident] = asking[0]
-            await asking[0].deliver(message)
+            await self._deliver(asking[0], message)
             return
         refusal = wire.error(
             message.id,
@@ -167,14 +167,14 @@ class Mux:
             if route is not None:
                 view, client_token = route
                 message.body["params"] = {**params, "progressToken": client_token}
-                await view.deliver(message.changed())
+                await self._deliver(view, message.changed())
                 return
             await self.to_primary(message)
             return
         if method == "notifications/cancelled":
             asked = self._asked.pop(params.get("requestId"), None)  # type: ignore[arg-type]
             if asked is not None:
-                await asked.deliver(message)
+                await self._deliver(asked, message)
                 return
             await self.to_primary(message)
             return
@@ -182,7 +182,14 @@ class Mux:
         uri = params.get("uri")
         for view in list(self.views):
             if method != UPDATED or uri in view.subscribed:
-                await view.deliver(message)
+                await self._deliver(view, message)
+
+    async def _deliver(self, view: Share, item: Item) -> None:
+        """One session's message; a failure in that session is its own and never stops the child's reader."""
+        try:
+            await view.deliver(item)
+        except Exception:
+            logger.exception("a session could not take a message from upstream `%s`; dropped", self.child.label)
 
     # --- into the child ----------------------------------------------------------------------
 

@@ -90,15 +90,14 @@ class MuxedSession:
     async def send(self, line: bytes) -> None:
         """One line of the relay's for the client, to the stream it belongs to (dropped when none is open)."""
         if self.kind == "sse":
-            if self.listener is not None:
-                self.listener.send_nowait(line)
+            _put(self.listener, line)
             return
         ident, kind, token = _sniff(line)
         stream: Stream | None
         if kind == "response":
             stream = self.streams.get(ident) if ident is not None else None
             if stream is not None:
-                stream.send_nowait(line)
+                _put(stream, line)
                 self.closed(ident)  # type: ignore[arg-type]
                 return
         elif kind == "progress":
@@ -114,7 +113,7 @@ class MuxedSession:
         if stream is None:
             logger.debug("session %s: no open stream for a %s; dropped", self.short, kind)
             return
-        stream.send_nowait(line)
+        _put(stream, line)
 
     def close_streams(self) -> None:
         """Close every stream (what they hold still goes out)."""
@@ -123,6 +122,16 @@ class MuxedSession:
         if self.listener is not None:
             self.listener.close()
             self.listener = None
+
+
+def _put(stream: Stream | None, line: bytes) -> None:
+    """A line onto a response's stream; dropped when its client has gone (the response ended meanwhile)."""
+    if stream is None:
+        return
+    try:
+        stream.send_nowait(line)
+    except (anyio.BrokenResourceError, anyio.ClosedResourceError):
+        logger.debug("a line for a response whose client has gone was dropped")
 
 
 def _sniff(line: bytes) -> tuple[RequestId | None, str, object]:
