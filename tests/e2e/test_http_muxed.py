@@ -11,6 +11,7 @@ child through the SDK path.
 from __future__ import annotations
 
 import json
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +20,7 @@ import httpx2
 import pytest
 from mcp import Client, types
 from mcp.client.streamable_http import streamable_http_client
-from mcp.shared.exceptions import MCPError
+from mcp.shared.exceptions import MCPDeprecationWarning, MCPError
 
 from tests.harness import (
     SAMPLED_TEXT,
@@ -380,3 +381,27 @@ async def test_a_client_leaving_mid_call_disturbs_no_one(rig: Rig, tmp_path: Pat
         after = _upstream_processes(guard, "counting_server")
     assert texts(echoed) == ["still served"]
     assert [p.pid for p in after] == [p.pid for p in before], "the child was not restarted"
+
+
+async def test_resource_updates_reach_the_sessions_that_subscribed(rig: Rig) -> None:
+    """Two sessions subscribe to one resource each on the one child (one to both): each hears of its own only."""
+    inbox_a, inbox_b = Inbox(), Inbox()
+    async with (
+        rig.guard(EVERYTHING_ARGS) as guard,
+        open_http_session(guard.mcp_url, callbacks=Callbacks(message_handler=inbox_a)) as a,
+        open_http_session(guard.mcp_url, callbacks=Callbacks(message_handler=inbox_b)) as b,
+    ):
+        with anyio.fail_after(20), warnings.catch_warnings():
+            warnings.simplefilter("ignore", MCPDeprecationWarning)  # the handshake era's subscriptions, on purpose
+            first, second = [str(r.uri) for r in (await a.session.list_resources()).resources[:2]]
+            await a.session.subscribe_resource(first)  # type: ignore[arg-type]
+            await b.session.subscribe_resource(first)  # type: ignore[arg-type]
+            await b.session.subscribe_resource(second)  # type: ignore[arg-type]
+            await a.session.call_tool("toggle-subscriber-updates", {})
+            for inbox, uri in ((inbox_a, first), (inbox_b, first), (inbox_b, second)):
+                await inbox.wait_for(types.ResourceUpdatedNotification, lambda n, u=uri: str(n.params.uri) == u)
+            await a.session.unsubscribe_resource(first)  # type: ignore[arg-type]  # answered by the guard: b still wants it
+    updated_a = {str(n.params.uri) for n in inbox_a.of_type(types.ResourceUpdatedNotification)}
+    updated_b = {str(n.params.uri) for n in inbox_b.of_type(types.ResourceUpdatedNotification)}
+    assert updated_a == {first}
+    assert updated_b == {first, second}

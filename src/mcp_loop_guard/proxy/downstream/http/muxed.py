@@ -335,7 +335,7 @@ class MuxedRelay:
             await reply(send, 409, "Conflict: only one GET stream is allowed per session")
             return
         writer, reader = stream_pair()
-        session.listener = writer
+        session.listen(writer)
         try:
             await event_stream(reader, [(b"mcp-session-id", session.session_id)], receive, send)
         finally:

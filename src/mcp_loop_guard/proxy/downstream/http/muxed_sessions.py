@@ -14,7 +14,7 @@ import logging
 import math
 import secrets
 import time
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from dataclasses import dataclass, field
 
 import anyio
@@ -35,6 +35,8 @@ logger = logging.getLogger(__name__)
 Stream = MemoryObjectSendStream[bytes]
 CLOSED_KEPT = 4096
 """Ended session ids remembered, so their requests get 404 at once."""
+BACKLOG = 256
+"""Notifications kept per session while it has no stream open (the oldest go first)."""
 SNIFF_LIMIT = 1 << 16
 """Lines up to this size are parsed to route them; a larger one is an answer, found by its id."""
 
@@ -58,6 +60,8 @@ class MuxedSession:
     """The client's progress tokens -> the request each came with."""
     listener: Stream | None = None
     """The GET stream, when the client keeps one open."""
+    backlog: deque[bytes] = field(default_factory=lambda: deque(maxlen=BACKLOG))
+    """Notifications that came while no stream was open, for the GET stream when it opens."""
     last_used: float = field(default_factory=time.monotonic)
     in_flight: int = 0
     kind: str = "session"
@@ -110,10 +114,19 @@ class MuxedSession:
             stream = next(reversed(self.streams.values()), None) or self.listener
         else:
             stream = self.listener or next(reversed(self.streams.values()), None)
+            if stream is None:
+                self.backlog.append(line)  # the client has not opened its GET stream yet
+                return
         if stream is None:
             logger.debug("session %s: no open stream for a %s; dropped", self.short, kind)
             return
         _put(stream, line)
+
+    def listen(self, stream: Stream) -> None:
+        """The client opened its GET stream: what came for it meanwhile goes first."""
+        self.listener = stream
+        while self.backlog:
+            _put(stream, self.backlog.popleft())
 
     def close_streams(self) -> None:
         """Close every stream (what they hold still goes out)."""
