@@ -405,3 +405,46 @@ async def test_resource_updates_reach_the_sessions_that_subscribed(rig: Rig) -> 
     updated_b = {str(n.params.uri) for n in inbox_b.of_type(types.ResourceUpdatedNotification)}
     assert updated_a == {first}
     assert updated_b == {first, second}
+
+
+async def test_a_session_cancelling_its_call_cancels_it_in_the_child(rig: Rig, tmp_path: Path) -> None:
+    """The client's notifications/cancelled names its own id: the child gets it under the id it knows the call by."""
+    log = tmp_path / "calls.jsonl"
+    args, env = _counting_args(log)
+    async with rig.guard(args, env=env) as guard, httpx2.AsyncClient(timeout=20) as http:
+        first, second = _RawSession(http, guard.mcp_url), _RawSession(http, guard.mcp_url)
+        await first.open()
+        await second.open()
+        slow = {
+            "jsonrpc": "2.0",
+            "id": 5,
+            "method": "tools/call",
+            "params": {"name": "slow", "arguments": {"seconds": 5}},
+        }
+
+        async def call(session: _RawSession) -> None:
+            async with http.stream("POST", guard.mcp_url, json=slow, headers=session.headers) as response:
+                async for _ in response.aiter_lines():
+                    pass
+
+        with anyio.fail_after(15):
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(call, first)
+                tg.start_soon(call, second)
+                await poll(lambda: anyio.to_thread.run_sync(counted_calls, log), lambda calls: len(calls) == 2, 0.05)
+                cancel = {"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": 5}}
+                sent = await http.post(guard.mcp_url, json=cancel, headers=first.headers)
+                await poll(
+                    lambda: anyio.to_thread.run_sync(_events, log, "cancelled"), lambda found: len(found) >= 1, 0.05
+                )
+                await anyio.sleep(0.3)  # had the other session's call been cancelled too, it would show by now
+                cancelled = _events(log, "cancelled")
+                tg.cancel_scope.cancel()
+    assert sent.status_code == 202
+    assert len(cancelled) == 1, "only the first session's call (both had id 5) was cancelled"
+
+
+def _events(log: Path, event: str) -> list[dict[str, Any]]:
+    if not log.exists():
+        return []
+    return [entry for entry in map(json.loads, log.read_text().splitlines()) if entry.get("event") == event]

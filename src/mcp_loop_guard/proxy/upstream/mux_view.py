@@ -123,7 +123,10 @@ class MuxView:
             if method == "notifications/initialized":
                 return  # the child had the primary's
             if method == "notifications/cancelled":
-                message = self._cancellation(mux, message)
+                cancel = self._cancellation(mux, message)
+                if cancel is None:
+                    return  # nothing of this session's in flight under that id (answered already)
+                message = cancel
             await mux.write(message.line())
         else:
             if message.id is not None:
@@ -162,12 +165,16 @@ class MuxView:
             return True
         return False
 
-    def _cancellation(self, mux: Mux, message: Message) -> Message:
+    def _cancellation(self, mux: Mux, message: Message) -> Message | None:
+        """The cancellation under our id for the request; None when the session has none in flight under it.
+
+        Passed on as it came, it could name a request of another session's, or of the SDK's.
+        """
         params = message.body.get("params")
         cancelled = params.get("requestId") if isinstance(params, dict) else None
         ours = self.open.get(cancelled) if isinstance(cancelled, str | int) else None
         if ours is None or not isinstance(params, dict):
-            return message
+            return None
         mux.forget(self, cancelled)  # type: ignore[arg-type]
         message.body["params"] = {**params, "requestId": ours}
         return message.changed()
