@@ -87,7 +87,7 @@ class MuxedRelay:
         self.sessions = MuxedSessions(plan, agents, metrics)
         self.facts = ToolFacts()
         self.stateless = StatelessRequests(self)
-        self._watched: set[int] = set()
+        self._watched: list[Slot] = []
         self._tg: anyio.abc.TaskGroup | None = None
 
     @property
@@ -120,9 +120,9 @@ class MuxedRelay:
 
     def _watch(self, slot: Slot) -> None:
         """Attach the sessions to each new child of ``slot``, telling them when its tools changed."""
-        if id(slot) in self._watched:
+        if any(watched is slot for watched in self._watched):
             return
-        self._watched.add(id(slot))
+        self._watched.append(slot)  # held: an id of a slot gone could come back as a new slot's
 
         def changed(changed_slot: Slot, tools_changed: bool) -> None:
             mux = changed_slot.connection.mux if changed_slot.connection is not None else None
