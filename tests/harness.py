@@ -493,6 +493,22 @@ async def stop_process(process: anyio.abc.Process) -> None:
 # --- upstream records ------------------------------------------------------------------------
 
 
+async def facts_through_guard(connect: Connector, guard_args: Sequence[str]) -> tuple[dict[str, Any], Any]:
+    """What a client learns from server-everything through a stdio guard started with ``guard_args``; its serverInfo."""
+    user = ClientUser()
+    async with connect.guard_process([], guard_args=guard_args, callbacks=user.callbacks(Inbox())) as guard:
+        return await everything_facts(guard.session, user), guard.connection.initialize.server_info
+
+
+async def looped_until_aborted(connect: Connector, guard_args: Sequence[str]) -> list[str | None]:
+    """Seven identical ``constant`` calls through a stdio guard: each one's verdict, once the guard exited aborted."""
+    async with connect.guard_process([], guard_args=guard_args) as guard:
+        with anyio.fail_after(30):
+            actions = [action(await guard.session.call_tool("constant", {})) for _ in range(7)]
+            assert await guard.wait_exit() == ABORT_EXIT_CODE
+    return actions
+
+
 def read_json_lines(path: Path) -> list[dict[str, Any]]:
     """The JSON objects in a file of JSON lines; empty when the file does not exist yet."""
     if not path.exists():

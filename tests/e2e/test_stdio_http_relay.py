@@ -26,16 +26,16 @@ from tests.harness import (
     action,
     counted_calls,
     everything_facts,
+    facts_through_guard,
     fixture_command,
     guard_command,
+    looped_until_aborted,
     server_environment,
     texts,
 )
 from tests.http_harness import Rig, ServerProcess, free_port, open_http_session, run_server
 
 pytestmark = [pytest.mark.anyio, pytest.mark.e2e]
-
-EXIT_LOOP_ABORTED = 3
 
 
 def _guard_args(url: str, *extra: str) -> list[str]:
@@ -45,15 +45,11 @@ def _guard_args(url: str, *extra: str) -> list[str]:
 async def test_a_client_sees_through_the_guard_what_it_sees_over_http(rig: Rig, connect: Connector) -> None:
     """Tools, results, resources, prompts, progress and the server's sampling request, as over HTTP directly."""
     async with rig.everything_http() as everything:
-        direct_user, guarded_user = ClientUser(), ClientUser()
+        direct_user = ClientUser()
         async with open_http_session(everything.mcp_url, callbacks=direct_user.callbacks(Inbox())) as opened:
             direct = await everything_facts(opened.session, direct_user)
             direct_info = opened.initialize.server_info
-        async with connect.guard_process(
-            [], guard_args=_guard_args(everything.mcp_url), callbacks=guarded_user.callbacks(Inbox())
-        ) as guard:
-            guarded = await everything_facts(guard.session, guarded_user)
-            guarded_info = guard.connection.initialize.server_info
+        guarded, guarded_info = await facts_through_guard(connect, _guard_args(everything.mcp_url))
     assert guarded == direct
     assert direct["progress"] == [1, 2, 3]
     assert direct["sampled"] == (False, 1)
@@ -63,16 +59,8 @@ async def test_a_client_sees_through_the_guard_what_it_sees_over_http(rig: Rig, 
 async def test_a_loop_is_warned_refused_and_aborted(rig: Rig, connect: Connector, tmp_path: Path) -> None:
     """Identical calls: warned at 3, refused from 5 without reaching the server, the session ended after 3 refusals."""
     log = tmp_path / "calls.jsonl"
-    async with (
-        rig.counting_http(log) as counting,
-        connect.guard_process([], guard_args=_guard_args(counting.mcp_url)) as guard,
-    ):
-        actions = []
-        with anyio.fail_after(30):
-            for _ in range(7):
-                result = await guard.session.call_tool("constant", {})
-                actions.append(action(result))
-            assert await guard.wait_exit() == EXIT_LOOP_ABORTED
+    async with rig.counting_http(log) as counting:
+        actions = await looped_until_aborted(connect, _guard_args(counting.mcp_url))
     assert actions == [None, None, "warn", "warn", "block", "block", "abort"]
     assert len(counted_calls(log, "constant")) == 4
 

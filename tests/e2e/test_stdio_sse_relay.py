@@ -21,11 +21,12 @@ from tests.harness import (
     ClientUser,
     Connector,
     Inbox,
-    action,
     counted_calls,
     everything_facts,
+    facts_through_guard,
     fixture_command,
     guard_command,
+    looped_until_aborted,
     server_environment,
     texts,
 )
@@ -33,7 +34,6 @@ from tests.http_harness import EVERYTHING_BIN, Rig, ServerProcess, free_port, op
 
 pytestmark = [pytest.mark.anyio, pytest.mark.e2e]
 
-EXIT_LOOP_ABORTED = 3
 Launch = Callable[[int], tuple[list[str], dict[str, str]]]
 
 
@@ -53,17 +53,13 @@ def _serve(rig: Rig, launch: Launch, label: str, port: int | None = None) -> Abs
 
 async def test_a_client_sees_through_the_guard_what_it_sees_over_sse(rig: Rig, connect: Connector) -> None:
     """Tools, results, resources, prompts, progress and the server's sampling request, as over SSE directly."""
-    direct_user, guarded_user = ClientUser(), ClientUser()
+    direct_user = ClientUser()
     async with _serve(rig, _everything, "everything-sse") as everything:
         url = everything.url("/sse")
         async with open_sse_session(url, callbacks=direct_user.callbacks(Inbox())) as opened:
             direct = await everything_facts(opened.session, direct_user)
             direct_info = opened.initialize.server_info
-        async with connect.guard_process(
-            [], guard_args=["--upstream", url], callbacks=guarded_user.callbacks(Inbox())
-        ) as guard:
-            guarded = await everything_facts(guard.session, guarded_user)
-            guarded_info = guard.connection.initialize.server_info
+        guarded, guarded_info = await facts_through_guard(connect, ["--upstream", url])
     assert guarded == direct
     assert direct["progress"] == [1, 2, 3]
     assert direct["sampled"] == (False, 1)
@@ -73,13 +69,8 @@ async def test_a_client_sees_through_the_guard_what_it_sees_over_sse(rig: Rig, c
 async def test_a_loop_is_warned_refused_and_aborted(rig: Rig, connect: Connector, tmp_path: Path) -> None:
     """Identical calls: warned at 3, refused from 5 without reaching the server, the session ended after 3 refusals."""
     log = tmp_path / "calls.jsonl"
-    async with (
-        _serve(rig, _counting(log), "counting-sse") as counting,
-        connect.guard_process([], guard_args=["--upstream", counting.url("/sse")]) as guard,
-    ):
-        with anyio.fail_after(30):
-            actions = [action(await guard.session.call_tool("constant", {})) for _ in range(7)]
-            assert await guard.wait_exit() == EXIT_LOOP_ABORTED
+    async with _serve(rig, _counting(log), "counting-sse") as counting:
+        actions = await looped_until_aborted(connect, ["--upstream", counting.url("/sse")])
     assert actions == [None, None, "warn", "warn", "block", "block", "abort"]
     assert len(counted_calls(log, "constant")) == 4
 

@@ -12,7 +12,7 @@ import anyio
 import pytest
 
 from tests.harness import Connector, CountingUpstream, tapped, wiretap_command
-from tests.http_harness import KEY_HEADER, Rig, payload_for, raw_call, serve_guard
+from tests.http_harness import KEY_HEADER, Rig, ServerProcess, payload_for, raw_call, serve_guard
 from tests.otlp_receiver import ReceivedSpan, Receiver, otlp_receiver
 
 pytestmark = pytest.mark.anyio
@@ -90,6 +90,15 @@ async def test_the_stdio_relay_sends_a_span_per_call_with_verdict_events_and_con
         assert message["params"]["_meta"]["traceparent"] == f"00-{TRACE_ID}-{span.span_id}-01"
 
 
+async def _traced_call(guard: ServerProcess, tool: str, receiver: Receiver) -> list[ReceivedSpan]:
+    """One keyed sessionless call with the client's ``traceparent`` header; the guard's span of it."""
+    with anyio.fail_after(30):
+        headers = {KEY_HEADER: "traced", "traceparent": TRACEPARENT}
+        response = await raw_call(guard.mcp_url, tool, {"text": "x"}, headers)
+    assert payload_for(response, 1)["result"]["content"]
+    return await spans_of(receiver, 1)
+
+
 async def test_the_http_relay_continues_a_trace_from_the_request_headers(
     rig: Rig, counting: CountingUpstream, receiver: Receiver, tmp_path: Path
 ) -> None:
@@ -101,12 +110,7 @@ async def test_the_http_relay_continues_a_trace_from_the_request_headers(
     env = {**counting.env, **otel_env(receiver), "LOOP_GUARD_STATE": "memory"}
     argv = ["--stateless", "--", *wiretap_command(tap, counting.command)]
     async with serve_guard(argv, marker=rig.marker, stderr=rig.log("guard"), env=env) as guard:
-        with anyio.fail_after(30):
-            response = await raw_call(
-                guard.mcp_url, "echo", {"text": "x"}, {KEY_HEADER: "traced", "traceparent": TRACEPARENT}
-            )
-        assert payload_for(response, 1)["result"]["content"]
-        spans = await spans_of(receiver, 1)
+        spans = await _traced_call(guard, "echo", receiver)
     assert (spans[0].trace_id, spans[0].parent_span_id) == (TRACE_ID, CLIENT_SPAN)
     assert spans[0].attributes["mcp_loop_guard.server"]
     (forwarded,) = tapped(tap, "server", "tools/call")
@@ -122,12 +126,7 @@ async def test_the_sdk_path_continues_a_trace_from_the_request_headers(
     config = rig.config({"counting": entry, "other": entry})
     argv = ["--stateless", "--config", str(config)]
     async with serve_guard(argv, marker=rig.marker, stderr=rig.log("guard"), env=env) as guard:
-        with anyio.fail_after(30):
-            response = await raw_call(
-                guard.mcp_url, "counting__echo", {"text": "x"}, {KEY_HEADER: "traced", "traceparent": TRACEPARENT}
-            )
-        assert payload_for(response, 1)["result"]["content"]
-        spans = await spans_of(receiver, 1)
+        spans = await _traced_call(guard, "counting__echo", receiver)
         with anyio.fail_after(20):
             while not [s for s in receiver.received() if s.parent_span_id == spans[0].span_id]:  # noqa: ASYNC110
                 await anyio.sleep(0.05)
