@@ -40,7 +40,9 @@ class Fd:
         self.on_loop = _is_stream(fd)
         if self.on_loop:
             os.set_blocking(fd, False)
-        self._waiter: asyncio.Future[None] | None = None
+        self._waiter: asyncio.Future[bytes] | None = None
+        self._early: bytes | None = None
+        """A chunk the loop read for a reader that was cancelled before it took it."""
         self._watched: asyncio.AbstractEventLoop | None = None
         """The loop watching the descriptor for reading, between one read and the next."""
 
@@ -54,7 +56,7 @@ class Fd:
             self.closed = True
             self._unwatch()
             if self._waiter is not None and not self._waiter.done():
-                self._waiter.set_result(None)
+                self._waiter.set_result(b"")
             if self.on_loop:
                 with suppress(RuntimeError):  # no event loop (closed at exit): nobody can be waiting
                     anyio.notify_closing(self.fd)
@@ -64,43 +66,58 @@ class Fd:
     async def read(self) -> bytes:
         """The next chunk; b"" at end of file, or once the descriptor was closed.
 
+        While the loop watches the descriptor, the chunk is read by the loop's readiness
+        callback itself and handed over: reading here first would find the pipe empty (the
+        peer has not answered yet) and cost a system call, and the readiness the loop
+        reported for data already read would wake the reader once more for nothing.
+
         Raises:
             OSError: the descriptor failed.
         """
         if not self.on_loop:
             return await anyio.to_thread.run_sync(os.read, self.fd, self.read_size, abandon_on_cancel=True)
-        while not self.closed:
-            try:
+        if self._early is not None:
+            chunk, self._early = self._early, None
+            return chunk
+        if self.closed:
+            return b""
+        loop = asyncio.get_running_loop()
+        if self._watched is not loop:
+            try:  # not watched (the first read, or nobody read for a while): the data may be there already
                 return os.read(self.fd, self.read_size)
             except BlockingIOError:
-                await self._readable()
-        return b""
-
-    async def _readable(self) -> None:
-        """Wait until the descriptor can be read (or is closed).
-
-        The loop keeps watching it from one wait to the next (a reader reads line after line):
-        registering it anew for every message cost more than the read itself. A readiness
-        nobody waits for ends the watch, so a descriptor nobody reads never keeps the loop busy.
-        """
-        loop = asyncio.get_running_loop()
-        waiter = loop.create_future()
+                self._unwatch()
+                loop.add_reader(self.fd, self._ready)
+                self._watched = loop
+        waiter: asyncio.Future[bytes] = loop.create_future()
         self._waiter = waiter
-        if self._watched is not loop:
-            self._unwatch()
-            loop.add_reader(self.fd, self._ready)
-            self._watched = loop
         try:
-            await waiter
+            return await waiter
+        except BaseException:
+            if waiter.done() and not waiter.cancelled() and waiter.exception() is None:
+                self._early = waiter.result()  # read for us, then the reader was cancelled: keep it
+            raise
         finally:
             self._waiter = None
 
     def _ready(self) -> None:
+        """The descriptor can be read: read it for the waiting reader; nobody waiting ends the watch.
+
+        A descriptor nobody reads must not keep the loop busy, and its data stays in the pipe
+        (backpressure) until the next read.
+        """
         waiter = self._waiter
-        if waiter is None:
+        if waiter is None or waiter.done():
             self._unwatch()
-        elif not waiter.done():
-            waiter.set_result(None)
+            return
+        try:
+            chunk = os.read(self.fd, self.read_size)
+        except BlockingIOError:
+            return  # readiness reported for data that is gone
+        except OSError as error:
+            waiter.set_exception(error)
+            return
+        waiter.set_result(chunk)
 
     def _unwatch(self) -> None:
         if self._watched is not None:
