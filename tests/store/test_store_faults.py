@@ -110,7 +110,33 @@ async def test_a_locked_state_file_with_fail_closed_refuses_until_the_file_takes
 ) -> None:
     """LOOP_GUARD_STATE_FAIL=closed on SQLite: the call whose write fails is served, the next ones refused; then served.
 
-    An owned key is written after each call, so the store's failure shows at that write.
+    The guard cannot make its live file here (a file is where its folder would be), so the
+    agent's state is written to the state file after each call, and the store's failure shows
+    at that write.
+    """
+    path = tmp_path / "closed.sqlite3"
+    await make_state_file(path)
+    (tmp_path / "closed.sqlite3-live").write_text("not a folder")
+    env = {**counting.env, "LOOP_GUARD_STATE": f"sqlite://{path}", "LOOP_GUARD_STATE_FAIL": "closed"}
+    async with connect(counting.command, env=env) as conn:
+        with anyio.fail_after(30):
+            async with locked(path):
+                while_locked = [await conn.session.call_tool("echo", {"text": str(n)}) for n in range(3)]
+            after = await conn.session.call_tool("echo", {"text": "after"})
+        lines = guard_lines(conn)
+    assert [result.is_error for result in while_locked] == [False, True, True]
+    assert UNAVAILABLE in while_locked[1].content[0].text  # type: ignore[union-attr]
+    assert not after.is_error
+    assert len(counting.calls("echo")) == 2, "refused calls must not reach the upstream"
+    assert any("cannot create a live file" in line for line in lines), "\n".join(lines)
+
+
+async def test_a_state_file_locked_after_the_guard_took_its_key_costs_no_call(
+    connect: Connector, counting: CountingUpstream, tmp_path: Path
+) -> None:
+    """Failing closed: a claimed key is written to its live file, which no lock on the state file stops.
+
+    The state stays durable meanwhile: a new guard after this one exits continues the streak.
     """
     path = tmp_path / "closed.sqlite3"
     await make_state_file(path)
@@ -118,12 +144,14 @@ async def test_a_locked_state_file_with_fail_closed_refuses_until_the_file_takes
     async with connect(counting.command, env=env) as conn:
         with anyio.fail_after(30):
             async with locked(path):
-                while_locked = [await conn.session.call_tool("echo", {"text": str(n)}) for n in range(3)]
-            after = await conn.session.call_tool("echo", {"text": "after"})
-    assert [result.is_error for result in while_locked] == [False, True, True]
-    assert UNAVAILABLE in while_locked[1].content[0].text  # type: ignore[union-attr]
-    assert not after.is_error
-    assert len(counting.calls("echo")) == 2, "refused calls must not reach the upstream"
+                while_locked = [await conn.session.call_tool("constant", {}) for _ in range(2)]
+        lines = guard_lines(conn)
+    assert [result.is_error for result in while_locked] == [False, False]
+    assert not store_lines(lines), "\n".join(lines)
+    async with connect(counting.command, env=env) as again:
+        with anyio.fail_after(30):
+            third = await again.session.call_tool("constant", {})
+    assert action(third) == "warn", "the streak written while the file was locked must reach the next guard"
 
 
 async def test_a_read_only_state_file_fails_open_with_one_log_line(

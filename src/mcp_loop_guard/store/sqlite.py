@@ -5,6 +5,11 @@ transaction, and a busy file is waited on for a bounded time only (then the stor
 itself unavailable and the guard fails open or closed as configured). Expired rows are purged
 as the guard goes. A file that is not a database (corrupt, or something else) is set aside
 with a log line and a fresh one started.
+
+A key claimed by a guard (a stdio guard's agent) is written to its live file instead, one
+system call per event (:mod:`.live`), and to its row when the guard lets it go. A guard that
+died holding a key leaves the file: the next claim of that key, or any guard's claim once a
+purge is due, folds it into the row.
 """
 
 from __future__ import annotations
@@ -16,10 +21,11 @@ import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from mcp_loop_guard.core.state import State
 from mcp_loop_guard.store.base import KeyInfo, Owner, StoreError, read_state, wall_clock, write_state
+from mcp_loop_guard.store.live import LiveFile, LiveFiles, Record
 
 logger = logging.getLogger(__name__)
 
@@ -69,7 +75,11 @@ class SqliteStore:
         self._timeout = timeout
         self._clock = clock
         self._next_purge = 0.0
+        self._next_sweep = 0.0
         self._db = self._open()
+        self._live = LiveFiles(path.with_name(f"{path.name}-live"))
+        self._held: dict[str, LiveFile] = {}
+        """Keys this store claimed, written to their live files."""
 
     def _open(self) -> sqlite3.Connection:
         try:
@@ -147,8 +157,18 @@ class SqliteStore:
         return state
 
     async def save(self, key: str, state: State, ttl: float) -> None:
-        """Write the key's state (one short transaction)."""
+        """Write the key's state: to its live file when this store claimed it, else its row (one short transaction)."""
         now = self._clock()
+        held = self._held.get(key)
+        if held is not None:
+            try:
+                held.write(Record(key, now + ttl, write_state(state)))
+            except OSError as exc:
+                logger.warning("cannot write %s (%s); the agent's state goes to the state file", held.path, exc)
+                del self._held[key]
+                held.close(remove=True)
+            else:
+                return
         with self._errors():
             self._db.execute(_UPSERT, (key, write_state(state), now + ttl))
             self._purge(now)
@@ -171,7 +191,7 @@ class SqliteStore:
             while True:
                 key = base if slot == 1 else f"{base}#{slot}"
                 row = db.execute("SELECT host, pid, started, lease FROM owners WHERE key = ?", (key,)).fetchone()
-                held = Owner(str(row[0]), int(row[1]), float(row[2]), float(row[3])) if row is not None else None
+                held = _owner(*row) if row is not None else None
                 if held is None or not held.alive(now):
                     db.execute(
                         "INSERT INTO owners (key, host, pid, started, lease) VALUES (?, ?, ?, ?, ?) "
@@ -179,13 +199,62 @@ class SqliteStore:
                         "started = excluded.started, lease = excluded.lease",
                         (key, owner.host, owner.pid, owner.started, owner.lease),
                     )
+                    self._fold(db, self._live.read(key), now)  # what a guard that died holding it wrote last
+                    self._hold(key)
+                    self._sweep(db, now)
                     return key, held is not None
                 slot += 1
 
+    def _hold(self, key: str) -> None:
+        """Write ``key`` to its live file from now on (to its row when the file cannot be made)."""
+        if key in self._held:
+            return
+        try:
+            self._held[key] = self._live.open(key)
+        except OSError as exc:
+            logger.warning("cannot create a live file in %s (%s); writing to the state file", self._live.directory, exc)
+
+    @staticmethod
+    def _fold(db: sqlite3.Connection, record: Record | None, now: float) -> None:
+        """Write a live file's record into its row (an expired one is not worth keeping)."""
+        if record is not None and record.expires > now:
+            db.execute(_UPSERT, (record.key, record.state, record.expires))
+
+    def _sweep(self, db: sqlite3.Connection, now: float) -> None:
+        """Fold and delete the live files of keys no live guard holds (their guards died), once per purge period.
+
+        Runs inside a claim's transaction: a key claimed meanwhile has a live owner row, and is left alone.
+        """
+        if now < self._next_sweep:
+            return
+        self._next_sweep = now + PURGE_EVERY
+        for path, record in self._live.records():
+            if record is None or record.key in self._held:
+                continue  # unreadable: being rewritten by its guard right now, or cut short (its row stands)
+            row = db.execute("SELECT host, pid, started, lease FROM owners WHERE key = ?", (record.key,)).fetchone()
+            holder = _owner(*row) if row is not None else None
+            if holder is not None and holder.alive(now):
+                continue
+            self._fold(db, record, now)
+            path.unlink(missing_ok=True)
+
     async def release(self, key: str, owner: Owner) -> None:
-        """Delete the ownership row if it is still ``owner``'s."""
-        with self._errors():
-            self._db.execute("DELETE FROM owners WHERE key = ? AND host = ? AND pid = ?", (key, owner.host, owner.pid))
+        """Write a held key's live state to its row and delete the file, then the ownership row if still ``owner``'s.
+
+        When the file cannot be written, the live file stays: the next claim of the key folds it.
+        """
+        held = self._held.pop(key, None)
+        try:
+            with self._transaction() as db:
+                if held is not None:
+                    self._fold(db, held.last, self._clock())
+                db.execute("DELETE FROM owners WHERE key = ? AND host = ? AND pid = ?", (key, owner.host, owner.pid))
+        except StoreError:
+            if held is not None:
+                held.close(remove=False)
+            raise
+        if held is not None:
+            held.close(remove=True)
 
     async def renew(self, key: str, owner: Owner) -> None:
         """Move the lease on."""
@@ -196,7 +265,7 @@ class SqliteStore:
             )
 
     async def keys(self) -> list[KeyInfo]:
-        """Every unexpired key, with its owner."""
+        """Every unexpired key, with its owner; a key in a live file as its guard wrote it last."""
         now = self._clock()
         with self._errors():
             rows = self._db.execute(
@@ -204,21 +273,46 @@ class SqliteStore:
                 "FROM agents a LEFT JOIN owners o ON o.key = a.key WHERE a.expires > ? ORDER BY a.key",
                 (now,),
             ).fetchall()
-        return [
-            KeyInfo(
-                str(key),
-                read_state(text),
-                float(expires),
-                Owner(str(host), int(pid), float(started), float(lease)) if host is not None else None,
-            )
-            for key, text, expires, host, pid, started, lease in rows
-        ]
+            found = {
+                str(key): KeyInfo(str(key), read_state(text), float(expires), _owner(host, pid, started, lease))
+                for key, text, expires, host, pid, started, lease in rows
+            }
+            for _, record in self._live.records():
+                if record is None or record.expires <= now:
+                    continue
+                owner = found[record.key].owner if record.key in found else self._owner_of(record.key)
+                found[record.key] = KeyInfo(record.key, read_state(record.state), record.expires, owner)
+        return [found[key] for key in sorted(found)]
+
+    def _owner_of(self, key: str) -> Owner | None:
+        row = self._db.execute("SELECT host, pid, started, lease FROM owners WHERE key = ?", (key,)).fetchone()
+        return _owner(*row) if row is not None else None
 
     async def reset(self, key: str) -> bool:
-        """Delete the key's state."""
+        """Delete the key's state (its row, and its live file)."""
+        held = self._held.pop(key, None)
+        if held is not None:
+            held.close(remove=False)
         with self._errors():
-            return self._db.execute("DELETE FROM agents WHERE key = ?", (key,)).rowcount > 0
+            had_row = self._db.execute("DELETE FROM agents WHERE key = ?", (key,)).rowcount > 0
+        return self._live.remove(key) or had_row
 
     async def aclose(self) -> None:
-        """Close the file."""
+        """Write the keys still held to their rows (their live files go), then close the file."""
+        held, self._held = self._held, {}
+        for live in held.values():
+            try:
+                with self._transaction() as db:
+                    self._fold(db, live.last, self._clock())
+            except StoreError:
+                live.close(remove=False)  # the next claim of the key folds it
+            else:
+                live.close(remove=True)
         self._db.close()
+
+
+def _owner(host: Any, pid: Any, started: Any, lease: Any) -> Owner | None:
+    """An owners row as an Owner; None for the NULLs of a key nobody holds."""
+    if host is None:
+        return None
+    return Owner(str(host), int(pid), float(started), float(lease))
