@@ -23,7 +23,8 @@ from mcp_loop_guard.proxy.downstream.agents import judge_for, opened_events, ope
 from mcp_loop_guard.proxy.relay.pipe import Pipe
 from mcp_loop_guard.proxy.upstream.child import EOF_GRACE, ChildProcess, terminate_all_now
 from mcp_loop_guard.proxy.wire.fd import Fd, Writer, claimed_stdio
-from mcp_loop_guard.proxy.wire.lines import LineReader
+from mcp_loop_guard.proxy.wire.feed import feed_lines
+from mcp_loop_guard.proxy.wire.lines import LineReader, Oversized
 from mcp_loop_guard.reload import on_sighup, reloader_for
 
 logger = logging.getLogger(__name__)
@@ -60,15 +61,12 @@ def abort_line(verdict: Verdict) -> str:
 
 
 async def _read_client(stdin: Fd, pipe: Pipe, limit: int, ending: Ending, gone: anyio.Event) -> None:
-    lines = LineReader(limit)
-    try:
-        while chunk := await stdin.read():
-            if ending.done.is_set():
-                continue  # the session is over: wait for the client to close its side, read nothing more
-            for line in lines.feed(chunk):
-                await pipe.from_client(line)
-        for line in lines.feed(b"\n"):
+    async def take(line: bytes | Oversized) -> None:
+        if not ending.done.is_set():  # once the session is over, wait for the client to close its side
             await pipe.from_client(line)
+
+    try:
+        await feed_lines(stdin, LineReader(limit), take)
     except OSError as error:
         logger.debug("reading stdin failed: %s", error)
     gone.set()

@@ -23,6 +23,7 @@ from mcp_loop_guard.config import StdioServer
 from mcp_loop_guard.proxy.upstream.backoff import Backoff
 from mcp_loop_guard.proxy.upstream.channel import Incoming, UpstreamDownError
 from mcp_loop_guard.proxy.upstream.child import ChildProcess, UpstreamStartError, spawn
+from mcp_loop_guard.proxy.wire.feed import feed_lines
 from mcp_loop_guard.proxy.wire.lines import LineReader, Oversized
 from mcp_loop_guard.proxy.wire.messages import Message, own_request_id, parse
 
@@ -106,11 +107,8 @@ class StdioUpstream:
         async with anyio.create_task_group() as tg:
             tg.start_soon(child.watch)
             tg.start_soon(child.relay_stderr)
-            lines = LineReader(self.max_bytes)
             try:
-                while chunk := await child.from_child.read():
-                    for line in lines.feed(chunk):
-                        await self._take(line)
+                await feed_lines(child.from_child, LineReader(self.max_bytes), self._take)
             except OSError as error:
                 logger.debug("reading upstream stdout failed: %s", error)
             with anyio.move_on_after(1.0):  # the exit status arrives a moment after stdout closes

@@ -13,7 +13,7 @@ import errno
 import os
 import stat
 from collections import deque
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager, suppress
 
 import anyio
@@ -40,7 +40,10 @@ class Fd:
         self.on_loop = _is_stream(fd)
         if self.on_loop:
             os.set_blocking(fd, False)
-        self._waiter: asyncio.Future[bytes] | None = None
+        self.waiter: asyncio.Future[bytes] | None = None
+        """What the reader waits on; closing the descriptor completes it with end of file."""
+        self.before_close: Callable[[], None] | None = None
+        """Told first when the descriptor is closed (a reader watching it its own way lets go of it)."""
         self._early: bytes | None = None
         """A chunk the loop read for a reader that was cancelled before it took it."""
         self._watched: asyncio.AbstractEventLoop | None = None
@@ -54,9 +57,11 @@ class Fd:
         """
         if not self.closed:
             self.closed = True
-            self._unwatch()
-            if self._waiter is not None and not self._waiter.done():
-                self._waiter.set_result(b"")
+            self.unwatch()
+            if self.before_close is not None:
+                self.before_close()
+            if self.waiter is not None and not self.waiter.done():
+                self.waiter.set_result(b"")
             if self.on_loop:
                 with suppress(RuntimeError):  # no event loop (closed at exit): nobody can be waiting
                     anyio.notify_closing(self.fd)
@@ -86,11 +91,11 @@ class Fd:
             try:  # not watched (the first read, or nobody read for a while): the data may be there already
                 return os.read(self.fd, self.read_size)
             except BlockingIOError:
-                self._unwatch()
+                self.unwatch()
                 loop.add_reader(self.fd, self._ready)
                 self._watched = loop
         waiter: asyncio.Future[bytes] = loop.create_future()
-        self._waiter = waiter
+        self.waiter = waiter
         try:
             return await waiter
         except BaseException:
@@ -98,7 +103,7 @@ class Fd:
                 self._early = waiter.result()  # read for us, then the reader was cancelled: keep it
             raise
         finally:
-            self._waiter = None
+            self.waiter = None
 
     def _ready(self) -> None:
         """The descriptor can be read: read it for the waiting reader; nobody waiting ends the watch.
@@ -106,9 +111,9 @@ class Fd:
         A descriptor nobody reads must not keep the loop busy, and its data stays in the pipe
         (backpressure) until the next read.
         """
-        waiter = self._waiter
+        waiter = self.waiter
         if waiter is None or waiter.done():
-            self._unwatch()
+            self.unwatch()
             return
         try:
             chunk = os.read(self.fd, self.read_size)
@@ -119,7 +124,8 @@ class Fd:
             return
         waiter.set_result(chunk)
 
-    def _unwatch(self) -> None:
+    def unwatch(self) -> None:
+        """Stop the loop watching the descriptor for :meth:`read` (another reader takes over, or nobody reads)."""
         if self._watched is not None:
             with suppress(RuntimeError, ValueError, OSError):  # a loop already closed
                 self._watched.remove_reader(self.fd)
