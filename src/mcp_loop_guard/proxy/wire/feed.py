@@ -63,10 +63,15 @@ async def feed_lines(fd: Fd | Chunks, lines: LineReader, handle: Handler) -> Non
         while chunk := await fd.read():
             for line in lines.feed(chunk):
                 await handle(line)
-        for line in lines.feed(b"\n"):
+        for line in _rest(lines):
             await handle(line)
         return
     await _Feeder(fd, lines, handle, host).run()
+
+
+def _rest(lines: LineReader) -> list[bytes | Oversized]:
+    """At the end: the last line, when the stream did not end with a newline."""
+    return [line for line in lines.feed(b"\n") if line != b""]
 
 
 class _Feeder:
@@ -141,7 +146,7 @@ class _Feeder:
             return
         if not chunk:
             self.ended = True
-        items = self.lines.feed(chunk or b"\n")
+        items = self.lines.feed(chunk) if chunk else _rest(self.lines)
         for index, item in enumerate(items):
             if not self._step(item):
                 self.backlog.extend(items[index + 1 :])
