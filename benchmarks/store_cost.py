@@ -3,7 +3,9 @@
 Three measurements, printed as tables:
 
 - cost per judged call of each store: ``AgentLoop.begin`` + ``finish`` through MemoryStore,
-  SqliteStore (a file in a temporary folder, WAL) and RedisStore (a redis-server of its own on
+  SqliteStore (a file in a temporary folder, WAL; once with a key of no guard's, as an HTTP
+  guard's sessions are, and once with the key claimed, as a stdio guard holds its agent's:
+  every event then goes to the key's live file) and RedisStore (a redis-server of its own on
   loopback), on the same mixed calls, taken in turns so the machine's drift hits all alike;
   median and p90 in microseconds, and each store's part above memory's;
 - the serialized state of one agent (bytes of ``State.dumps()``) after 10, 1,000 and 100,000
@@ -39,9 +41,11 @@ from benchmarks.shutdown_latency import HOWS, measure_shutdown
 from benchmarks.stats import percentile
 from mcp_loop_guard.core.detector import Call, LoopDetector, Outcome, call_of, outcome_of
 from mcp_loop_guard.core.policy import Policy
-from mcp_loop_guard.store import AgentLoop, MemoryStore, SqliteStore, Store, StoreHealth
+from mcp_loop_guard.store import AgentLoop, MemoryStore, Owner, SqliteStore, Store, StoreHealth
 
 TTL = 1800.0
+HELD = "sqlite-held"
+"""SQLite with the agent's key claimed, as a stdio guard holds it: every event goes to its live file."""
 TARGETS_US = {"sqlite": 50.0, "redis": 200.0}
 """The issue's ceilings for what a store adds per call, above memory's."""
 SIZE_CHECKPOINTS = (10, 1_000, 100_000)
@@ -196,6 +200,9 @@ async def cost_run(
 ) -> dict[str, list[float]]:
     """Memory, SQLite (WAL, in ``directory``) and, when there is a server, Redis: opened, measured, closed."""
     stores: dict[str, Store] = {"memory": MemoryStore(), "sqlite": SqliteStore(directory / "state.sqlite3")}
+    held = SqliteStore(directory / "held.sqlite3")  # a stdio guard's own agent: its key claimed, a live file
+    await held.claim(f"bench:{HELD}", Owner.this_process(lease=0), TTL)
+    stores[HELD] = held
     if redis_url is not None:
         from mcp_loop_guard.store.redis import RedisStore
 

@@ -43,4 +43,6 @@ def test_store_cost_smoke_run() -> None:
     )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     rows = {line.split("│")[1].strip() for line in done.stdout.splitlines() if line.count("│") > 2}
-    assert {"detector alone", "memory", "sqlite", "redis", "1,000", "largest on the way"} <= rows, done.stdout
+    assert {"detector alone", "memory", "sqlite", "sqlite-held", "redis", "1,000", "largest on the way"} <= rows, (
+        done.stdout
+    )
