@@ -29,6 +29,7 @@ import anyio.abc
 from mcp_loop_guard.proxy.upstream.channel import OwnRequests, UpstreamDownError
 from mcp_loop_guard.proxy.upstream.child import ChildProcess
 from mcp_loop_guard.proxy.wire import messages as wire
+from mcp_loop_guard.proxy.wire.feed import feed_lines
 from mcp_loop_guard.proxy.wire.lines import LineReader, Oversized
 from mcp_loop_guard.proxy.wire.messages import BadLine, Message, RequestId
 
@@ -89,15 +90,15 @@ class Mux:
 
     async def read(self) -> None:
         """Route the child's output until it ends."""
-        lines = LineReader(self.max_bytes)
         try:
-            while chunk := await self.child.from_child.read():
-                for line in lines.feed(chunk):
-                    item = line if isinstance(line, Oversized) else wire.parse(line)
-                    if item is not None:
-                        await self._route(item)
+            await feed_lines(self.child.from_child, LineReader(self.max_bytes), self._take)
         except OSError as error:
             logger.debug("reading upstream stdout failed: %s", error)
+
+    async def _take(self, line: bytes | Oversized) -> None:
+        item = line if isinstance(line, Oversized) else wire.parse(line)
+        if item is not None:
+            await self._route(item)
 
     async def _route(self, item: Item) -> None:
         if isinstance(item, Oversized):
