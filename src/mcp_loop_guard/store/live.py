@@ -80,7 +80,11 @@ class LiveFile:
             OSError: the file cannot be written (disk full, I/O error).
         """
         data = encode(record)
-        written = os.pwrite(self.fd, data, 0)
+        if hasattr(os, "pwrite"):
+            written = os.pwrite(self.fd, data, 0)
+        else:  # Windows: no pwrite; the file is ours alone, so seek and write is the same
+            os.lseek(self.fd, 0, os.SEEK_SET)
+            written = os.write(self.fd, data)
         if written != len(data):
             raise OSError(f"short write to {self.path} ({written} of {len(data)} bytes)")
         self.last = record
@@ -113,7 +117,8 @@ class LiveFiles:
         """
         self.directory.mkdir(mode=0o700, parents=True, exist_ok=True)
         path = self.path(key)
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | getattr(os, "O_CLOEXEC", 0), 0o600)
+        flags = os.O_RDWR | os.O_CREAT | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_BINARY", 0)
+        fd = os.open(path, flags, 0o600)
         return LiveFile(path, fd)
 
     def read(self, key: str) -> Record | None:
