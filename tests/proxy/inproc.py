@@ -117,6 +117,10 @@ class InProcessChild:
     async def relay_stderr(self) -> None:
         """An in-process server has no stderr of its own."""
 
+    async def write(self, line: bytes) -> None:
+        """One line to the server, as :meth:`ChildProcess.write` (the memory stream keeps lines whole)."""
+        await self.to_child.write(line)
+
     def describe_exit(self, *, stderr: bool = True) -> str:
         return "closed its stdout" if self.returncode is None else f"exited with status {self.returncode}"
 

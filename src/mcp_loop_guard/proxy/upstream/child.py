@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 
 import anyio
 
-from mcp_loop_guard.proxy.wire.fd import Fd
+from mcp_loop_guard.proxy.wire.fd import Fd, Writer
 from mcp_loop_guard.proxy.wire.lines import LineReader
 
 logger = logging.getLogger(__name__)
@@ -82,6 +82,17 @@ class ChildProcess:
     """Taken over by a running relay (a child started before the event loop that nobody took is killed)."""
     _stdin_open: bool = True
     _exited: anyio.Event | None = None
+    _writer: Writer | None = None
+
+    async def write(self, line: bytes) -> None:
+        """One whole line to the child's stdin, never interleaved with another writer's (sessions share a child).
+
+        Raises:
+            OSError: the child stopped reading (BrokenPipeError) or its stdin was closed.
+        """
+        if self._writer is None:
+            self._writer = Writer(self.to_child)
+        await self._writer.write(line)
 
     @property
     def exited(self) -> anyio.Event:

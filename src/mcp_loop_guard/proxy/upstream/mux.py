@@ -203,7 +203,7 @@ class Mux:
         if self.closed is not None:
             raise UpstreamDownError(self.closed)
         try:
-            await self.child.to_child.write(line)
+            await self.child.write(line)
         except OSError as error:
             raise UpstreamDownError(
                 f"upstream `{self.child.label}` stopped reading its input ({error.strerror or error})"

@@ -173,7 +173,7 @@ class StdioUpstream:
         if child is None or child.exited.is_set() or self._down_reason:
             child = await self._ensure()
         try:
-            await child.to_child.write(line)
+            await child.write(line)
         except OSError as error:
             raise UpstreamDownError(
                 f"upstream {self.label} stopped reading its input ({error.strerror or error})"
@@ -235,7 +235,7 @@ class StdioUpstream:
             self._down_reason = f"upstream {self.label} {why}"
             raise UpstreamDownError(self._down_reason)
         if self.initialized is not None:
-            await child.to_child.write(self.initialized)
+            await child.write(self.initialized)
 
     async def request(
         self, method: str, params: Any, *, within: float, child: ChildProcess | None = None
@@ -251,7 +251,7 @@ class StdioUpstream:
         if params is not None:
             body["params"] = params
         try:
-            await target.to_child.write(Message(body).line())
+            await target.write(Message(body).line())
             with anyio.move_on_after(within if math.isfinite(within) else HANDSHAKE_TIMEOUT):
                 await own.done.wait()
         except OSError:
