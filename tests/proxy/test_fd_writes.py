@@ -4,33 +4,20 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager, suppress
+from contextlib import suppress
 from pathlib import Path
 
 import anyio
 import pytest
 
 from mcp_loop_guard.proxy.upstream.child import spawn
-from mcp_loop_guard.proxy.wire.fd import Fd, Writer
+from mcp_loop_guard.proxy.wire.fd import Writer
+from tests.proxy.pipes import pipe
 
 pytestmark = pytest.mark.anyio
 
 MESSAGE = 1 << 20
 """Much more than a pipe holds (64 KB by default)."""
-
-
-@asynccontextmanager
-async def pipe() -> AsyncIterator[tuple[int, Fd]]:
-    """A pipe: the raw reading end, and the writing end as an Fd."""
-    read_end, write_end = os.pipe()
-    fd = Fd(write_end)
-    try:
-        yield read_end, fd
-    finally:
-        fd.close()
-        with suppress(OSError):
-            os.close(read_end)
 
 
 async def drain(read_end: int, size: int) -> bytes:
@@ -44,7 +31,7 @@ async def drain(read_end: int, size: int) -> bytes:
 
 async def test_a_message_larger_than_the_pipe_arrives_whole() -> None:
     data = bytes(range(256)) * (MESSAGE // 256)
-    async with pipe() as (read_end, fd), anyio.create_task_group() as tg:
+    async with pipe("write") as (fd, read_end), anyio.create_task_group() as tg:
         received: list[bytes] = []
 
         async def read() -> None:
@@ -59,7 +46,7 @@ async def test_a_message_larger_than_the_pipe_arrives_whole() -> None:
 async def test_two_writers_of_large_messages_never_interleave() -> None:
     """Sessions sharing a child write to one pipe at once: each message goes out whole, in turn."""
     first, second = b"a" * MESSAGE + b"\n", b"b" * MESSAGE + b"\n"
-    async with pipe() as (read_end, fd), anyio.create_task_group() as tg:
+    async with pipe("write") as (fd, read_end), anyio.create_task_group() as tg:
         writer = Writer(fd)
         received: list[bytes] = []
 
@@ -76,7 +63,7 @@ async def test_two_writers_of_large_messages_never_interleave() -> None:
 
 
 async def test_closing_the_descriptor_fails_a_write_that_waits_for_room() -> None:
-    async with pipe() as (_read_end, fd), anyio.create_task_group() as tg:
+    async with pipe("write") as (fd, _read_end), anyio.create_task_group() as tg:
         failed: list[BaseException] = []
 
         async def write() -> None:
@@ -93,7 +80,7 @@ async def test_closing_the_descriptor_fails_a_write_that_waits_for_room() -> Non
 
 
 async def test_a_reader_that_goes_away_fails_the_write() -> None:
-    async with pipe() as (read_end, fd):
+    async with pipe("write") as (fd, read_end):
         writing = anyio.Event()
 
         async def close_reader() -> None:
@@ -110,7 +97,7 @@ async def test_a_reader_that_goes_away_fails_the_write() -> None:
 
 
 async def test_a_cancelled_write_lets_the_next_one_go() -> None:
-    async with pipe() as (read_end, fd):
+    async with pipe("write") as (fd, read_end):
         with anyio.move_on_after(0.05):
             await fd.write(b"z" * MESSAGE)  # nobody reads: cancelled while waiting for room
         os.set_blocking(read_end, False)

@@ -5,32 +5,17 @@ from __future__ import annotations
 import asyncio  # noqa: TID251 - the current task is what these tests check
 import contextvars
 import os
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager, suppress
 
 import anyio
 import pytest
 
-from mcp_loop_guard.proxy.wire.fd import Fd
 from mcp_loop_guard.proxy.wire.feed import feed_lines
 from mcp_loop_guard.proxy.wire.lines import LineReader, Oversized
+from tests.proxy.pipes import pipe
 
 pytestmark = pytest.mark.anyio
 
 LIMIT = 1 << 20
-
-
-@asynccontextmanager
-async def pipe() -> AsyncIterator[tuple[Fd, int]]:
-    """A pipe: the reading end as an Fd, and the raw writing end."""
-    read_end, write_end = os.pipe()
-    fd = Fd(read_end)
-    try:
-        yield fd, write_end
-    finally:
-        fd.close()
-        with suppress(OSError):
-            os.close(write_end)
 
 
 def text(line: bytes | Oversized) -> str:
@@ -51,7 +36,7 @@ async def test_lines_are_handled_in_order_even_when_a_handler_waits_and_more_arr
         if text(line) == "d":
             last.set()
 
-    async with pipe() as (fd, write_end), anyio.create_task_group() as tg:
+    async with pipe("read") as (fd, write_end), anyio.create_task_group() as tg:
         tg.start_soon(feed_lines, fd, LineReader(LIMIT), handle)
         os.write(write_end, b"a\nb\nc\n")
         with anyio.fail_after(5):
@@ -78,7 +63,7 @@ async def test_a_handler_runs_as_the_reading_task_with_its_cancel_scopes_working
         timed_out.append(scope.cancelled_caught)
         tasks.append(asyncio.current_task())
 
-    async with pipe() as (fd, write_end):
+    async with pipe("read") as (fd, write_end):
         os.write(write_end, b"x\n")
         os.close(write_end)
         host: asyncio.Task[object] | None = None
@@ -104,7 +89,7 @@ async def test_one_context_for_every_line() -> None:
         if text(line) == "2":
             await anyio.sleep(0.01)  # this one's second half runs in the host
 
-    async with pipe() as (fd, write_end):
+    async with pipe("read") as (fd, write_end):
         os.write(write_end, b"1\n2\n3\n")
         os.close(write_end)
         with anyio.fail_after(5):
@@ -118,7 +103,7 @@ async def test_the_last_line_without_newline_is_handled_at_the_end() -> None:
     async def handle(line: bytes | Oversized) -> None:
         seen.append(text(line))
 
-    async with pipe() as (fd, write_end):
+    async with pipe("read") as (fd, write_end):
         os.write(write_end, b"one\ntwo")
         os.close(write_end)
         with anyio.fail_after(5):
@@ -134,7 +119,7 @@ async def test_what_a_handler_raises_ends_the_feed_with_it_and_later_lines_are_n
         if text(line) == "bad":
             raise ValueError("broken handler")
 
-    async with pipe() as (fd, write_end):
+    async with pipe("read") as (fd, write_end):
         os.write(write_end, b"ok\nbad\nlater\n")
         with anyio.fail_after(5), pytest.raises(ValueError, match="broken handler"):
             await feed_lines(fd, LineReader(LIMIT), handle)
@@ -145,7 +130,7 @@ async def test_closing_the_descriptor_ends_the_feed() -> None:
     async def handle(line: bytes | Oversized) -> None:
         pass
 
-    async with pipe() as (fd, _write_end), anyio.create_task_group() as tg:
+    async with pipe("read") as (fd, _write_end), anyio.create_task_group() as tg:
         done = anyio.Event()
 
         async def feed() -> None:
@@ -168,7 +153,7 @@ async def test_cancelling_the_reader_reaches_the_handler_that_waits() -> None:
         finally:
             cleaned.append(text(line))
 
-    async with pipe() as (fd, write_end):
+    async with pipe("read") as (fd, write_end):
         os.write(write_end, b"slow\n")
         with anyio.move_on_after(0.1):
             await feed_lines(fd, LineReader(LIMIT), handle)
