@@ -278,16 +278,18 @@ async def test_loop_judged_while_listening(process_marker: str, tmp_path: Path) 
 async def test_listen_stream_outlives_the_call_timeout(process_marker: str, tmp_path: Path) -> None:
     """The call timeout cuts hung requests, not a listen stream, which is open for as long as the client keeps it."""
     tap = tmp_path / "listen-wire.jsonl"
-    argv = guard_command(_listen_server(tap), ["--call-timeout-seconds", "1"])
+    # The call timeout bounds the handshake too, and two Python processes (the tap, the server)
+    # start behind the guard: three seconds leave room for a busy machine.
+    argv = guard_command(_listen_server(tap), ["--call-timeout-seconds", "3"])
     parameters = StdioServerParameters(command=argv[0], args=argv[1:], env=server_environment(process_marker, None))
     with anyio.fail_after(60):
         async with Client(parameters, mode="auto") as client, _listening(client, tools_list_changed=True) as stream:
-            await anyio.sleep(2.5)  # idle for longer than the call timeout: the point of the test
+            await anyio.sleep(3.5)  # idle for longer than the call timeout: the point of the test
             await client.call_tool("register_tool", {"name": "late"})
             assert await _next_event(stream) == ToolsListChanged()
     listens = [request["id"] for request in tapped(tap, "server", "subscriptions/listen")]
     cancelled = [note["params"]["requestId"] for note in tapped(tap, "server", "notifications/cancelled")]
     assert len(listens) == 1
     # Only the listen stream is the point: on a busy machine the first request, which waits for
-    # the server to start, may itself outlast a one-second call timeout (and the client retries it).
+    # the server to start, may itself outlast the call timeout (and the client retries it).
     assert listens[0] not in cancelled

@@ -208,6 +208,7 @@ async def test_a_server_dying_in_the_middle_of_a_call_is_reported(rig: Rig, conn
     ):
         with anyio.fail_after(20):
             crashed = await guard.session.call_tool("crash", {})
+            await counting.process.wait()  # its port is closed once it has exited, not when the answer broke off
             again = await guard.session.call_tool("echo", {"text": "still there?"})
     assert crashed.is_error
     assert "[loop-guard]" in texts(crashed)[0]
