@@ -120,8 +120,11 @@ async def test_a_cancelled_task_moves_nothing(raw_guard: RawConnector, everythin
 async def test_a_blocking_task_result_outlives_the_call_timeout(
     raw_guard: RawConnector, everything_server: list[str]
 ) -> None:
-    """``tasks/result`` asked at once waits for the whole task (4 s here), past a 1 s call timeout."""
-    async with raw_guard(everything_server, guard_args=["--call-timeout-seconds", "1"]) as guard:
+    """``tasks/result`` asked at once waits for the whole task (4 s here), past a 2 s call timeout.
+
+    (The call timeout bounds the handshake too: two seconds leave room for the server starting on a busy machine.)
+    """
+    async with raw_guard(everything_server, guard_args=["--call-timeout-seconds", "2"]) as guard:
         created = await _start(guard, "patience")
         report = await guard.request("tasks/result", {"taskId": created["result"]["task"]["taskId"]}, within=30)
     assert "result" in report, report
