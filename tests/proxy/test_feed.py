@@ -158,3 +158,15 @@ async def test_cancelling_the_reader_reaches_the_handler_that_waits() -> None:
         with anyio.move_on_after(0.1):
             await feed_lines(fd, LineReader(LIMIT), handle)
     assert cleaned == ["slow"]
+
+
+def test_this_python_lets_lines_be_handled_in_the_callback() -> None:
+    """asyncio's hooks for marking a task current exist here; without them lines go to the task (slower).
+
+    They are private to asyncio (its eager tasks use them): a Python release without them fails
+    here, not silently in the benchmarks.
+    """
+    from mcp_loop_guard.proxy.wire import feed
+
+    assert feed._enter_task is not None
+    assert feed._leave_task is not None
