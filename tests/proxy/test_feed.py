@@ -160,6 +160,33 @@ async def test_cancelling_the_reader_reaches_the_handler_that_waits() -> None:
     assert cleaned == ["slow"]
 
 
+
+class _BrokenFraming(LineReader):
+    def feed(self, chunk: bytes) -> list[bytes | Oversized]:
+        raise RuntimeError("framing fault")
+
+
+async def test_a_fault_in_the_framing_ends_the_feed_with_it() -> None:
+    """Raised in the reading task, not lost in the event loop's log with the reader waiting forever."""
+
+    async def handle(line: bytes | Oversized) -> None:
+        pass
+
+    async with pipe("read") as (fd, write_end):
+        reading = anyio.Event()
+
+        async def write_later() -> None:
+            await reading.wait()
+            await anyio.sleep(0.02)  # the feed is waiting in the callback by now
+            os.write(write_end, b"x\n")
+
+        with anyio.fail_after(5):
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(write_later)
+                reading.set()
+                with pytest.raises(RuntimeError, match="framing fault"):
+                    await feed_lines(fd, _BrokenFraming(LIMIT), handle)
+
 def test_this_python_lets_lines_be_handled_in_the_callback() -> None:
     """asyncio's hooks for marking a task current exist here; without them lines go to the task (slower).
 

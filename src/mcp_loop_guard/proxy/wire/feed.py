@@ -146,7 +146,12 @@ class _Feeder:
             return
         if not chunk:
             self.ended = True
-        items = self.lines.feed(chunk) if chunk else _rest(self.lines)
+        try:
+            items = self.lines.feed(chunk) if chunk else _rest(self.lines)
+        except Exception as error:  # a fault of the framing: raised in the host, never lost in the loop's log
+            self.error = error
+            self._pause()
+            return
         for index, item in enumerate(items):
             if not self._step(item):
                 self.backlog.extend(items[index + 1 :])
