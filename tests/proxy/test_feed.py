@@ -160,7 +160,6 @@ async def test_cancelling_the_reader_reaches_the_handler_that_waits() -> None:
     assert cleaned == ["slow"]
 
 
-
 class _BrokenFraming(LineReader):
     def feed(self, chunk: bytes) -> list[bytes | Oversized]:
         raise RuntimeError("framing fault")
@@ -186,6 +185,7 @@ async def test_a_fault_in_the_framing_ends_the_feed_with_it() -> None:
                 reading.set()
                 with pytest.raises(RuntimeError, match="framing fault"):
                     await feed_lines(fd, _BrokenFraming(LIMIT), handle)
+
 
 def test_this_python_lets_lines_be_handled_in_the_callback() -> None:
     """asyncio's hooks for marking a task current exist here; without them lines go to the task (slower).
