@@ -190,8 +190,7 @@ class SqliteStore:
             slot = 1
             while True:
                 key = base if slot == 1 else f"{base}#{slot}"
-                row = db.execute("SELECT host, pid, started, lease FROM owners WHERE key = ?", (key,)).fetchone()
-                held = _owner(*row) if row is not None else None
+                held = self._owner_of(key)
                 if held is None or not held.alive(now):
                     db.execute(
                         "INSERT INTO owners (key, host, pid, started, lease) VALUES (?, ?, ?, ?, ?) "
@@ -231,8 +230,7 @@ class SqliteStore:
         for path, record in self._live.records():
             if record is None or record.key in self._held:
                 continue  # unreadable: being rewritten by its guard right now, or cut short (its row stands)
-            row = db.execute("SELECT host, pid, started, lease FROM owners WHERE key = ?", (record.key,)).fetchone()
-            holder = _owner(*row) if row is not None else None
+            holder = self._owner_of(record.key)
             if holder is not None and holder.alive(now):
                 continue
             self._fold(db, record, now)
@@ -285,6 +283,7 @@ class SqliteStore:
         return [found[key] for key in sorted(found)]
 
     def _owner_of(self, key: str) -> Owner | None:
+        """Who holds ``key`` as the owners table says (inside a transaction, if one is open)."""
         row = self._db.execute("SELECT host, pid, started, lease FROM owners WHERE key = ?", (key,)).fetchone()
         return _owner(*row) if row is not None else None
 
