@@ -37,7 +37,7 @@ async def _drive(
     script = Script(tool=f"mcp__{SERVER}__{tool}", arguments={}, calls=calls)
     api = FakeAnthropicAPI(script)
     with api.serving():
-        run = await claude_code.run(PROMPT, api_url=api.url, mcp_config=config, allowed_tools=[script.tool])
+        run = await claude_code.run_served(PROMPT, api, mcp_config=config, allowed_tools=[script.tool])
     seen = api.results()
     context = f"{run.describe()}\n--- API requests ---\n{api.describe()}"
     assert run.returncode == 0, context
@@ -131,7 +131,7 @@ async def test_a_wrapped_project_config_runs_its_server_behind_the_guard(
     script = Script(tool=f"mcp__{SERVER}__constant", arguments={}, calls=5)
     api = FakeAnthropicAPI(script)
     with api.serving():
-        run = await claude_code.run(PROMPT, api_url=api.url, mcp_config=config, allowed_tools=[script.tool])
+        run = await claude_code.run_served(PROMPT, api, mcp_config=config, allowed_tools=[script.tool])
     seen = api.results()
     assert run.returncode == 0, run.describe()
     assert [result.is_error for result in seen] == [False, False, False, False, True], seen
