@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import warnings
+from contextlib import AbstractAsyncContextManager
 from pathlib import Path
 from typing import Any
 
@@ -39,6 +40,7 @@ from tests.http_harness import (
     MODERN_VERSION,
     Rig,
     ServerProcess,
+    Transport,
     initialize_body,
     mcp_http_client,
     open_http_session,
@@ -52,8 +54,12 @@ EVERYTHING_ARGS = ["--", str(EVERYTHING_BIN), "stdio"]
 EVENTS_JSON = {"accept": "application/json, text/event-stream", "content-type": "application/json"}
 
 
-def _counting_args(log: Path) -> tuple[list[str], dict[str, str]]:
-    return ["--", *fixture_command("counting_server")], {"COUNTING_SERVER_LOG": str(log)}
+def _counting_guard(
+    rig: Rig, log: Path, *options: str, transport: Transport = "http"
+) -> AbstractAsyncContextManager[ServerProcess]:
+    """The guard in front of the counting fixture over stdio, each call it receives recorded in ``log``."""
+    command = ["--", *fixture_command("counting_server")]
+    return rig.guard([*options, *command], env={"COUNTING_SERVER_LOG": str(log)}, transport=transport)
 
 
 def _upstream_processes(guard: ServerProcess, name: str) -> list[Any]:
@@ -89,7 +95,6 @@ async def test_a_client_sees_through_the_guard_what_it_sees_over_stdio(
 async def test_sessions_with_the_same_request_ids_each_get_their_own_answers(rig: Rig, tmp_path: Path) -> None:
     """Two SDK clients number their requests alike; calls at once, with progress, reach each its own session."""
     log = tmp_path / "calls.jsonl"
-    args, env = _counting_args(log)
     progress: dict[str, list[float]] = {"a": [], "b": []}
 
     async def run(client: Any, name: str, results: dict[str, Any]) -> None:
@@ -101,7 +106,7 @@ async def test_sessions_with_the_same_request_ids_each_get_their_own_answers(rig
         results[name] = (texts(slow), echoed)
 
     async with (
-        rig.guard(args, env=env) as guard,
+        _counting_guard(rig, log) as guard,
         open_http_session(guard.mcp_url) as first,
         open_http_session(guard.mcp_url) as second,
     ):
@@ -137,9 +142,8 @@ async def test_a_request_of_the_child_reaches_the_session_whose_call_made_it(rig
 async def test_a_loop_ends_its_own_session_only(rig: Rig, tmp_path: Path) -> None:
     """Warned at 3, refused at 5, aborted at 7 (the upstream saw 4); the session is gone after, the other goes on."""
     log = tmp_path / "calls.jsonl"
-    args, env = _counting_args(log)
     async with (
-        rig.guard(args, env=env) as guard,
+        _counting_guard(rig, log) as guard,
         open_http_session(guard.mcp_url) as looping,
         open_http_session(guard.mcp_url) as bystander,
     ):
@@ -186,8 +190,7 @@ async def test_every_session_is_answered_from_the_one_handshake_of_the_child(rig
 async def test_a_child_that_dies_is_started_again_for_the_sessions(rig: Rig, tmp_path: Path) -> None:
     """A call in flight gets the exit status; after the backoff the same session is served by a new child."""
     log = tmp_path / "calls.jsonl"
-    args, env = _counting_args(log)
-    async with rig.guard(args, env=env) as guard, open_http_session(guard.mcp_url) as client:
+    async with _counting_guard(rig, log) as guard, open_http_session(guard.mcp_url) as client:
         first = _upstream_processes(guard, "counting_server")
         with anyio.fail_after(20):
             crashed = await client.session.call_tool("crash", {})
@@ -299,10 +302,9 @@ async def test_a_client_taking_only_json_gets_the_answer_as_a_json_body(rig: Rig
 async def test_legacy_sse_sessions_are_relayed_through_the_same_child(rig: Rig, tmp_path: Path) -> None:
     """Over /sse: a sampling request reaches its client, a loop aborts its connection only, one child serves both."""
     log = tmp_path / "calls.jsonl"
-    args, env = _counting_args(log)
     user = ClientUser()
     async with (
-        rig.guard(args, env=env, transport="sse") as guard,
+        _counting_guard(rig, log, transport="sse") as guard,
         open_sse_session(guard.url("/sse"), callbacks=user.callbacks(Inbox())) as looping,
         open_sse_session(guard.url("/sse")) as bystander,
     ):
@@ -323,7 +325,6 @@ async def test_stateless_requests_with_the_same_id_at_once_are_answered_each_on_
 ) -> None:
     """With --stateless each POST is relayed on its own: two calls numbered 1 at once get their own answers."""
     log = tmp_path / "calls.jsonl"
-    args, env = _counting_args(log)
     answers: dict[str, dict[str, Any]] = {}
     headers = {**EVENTS_JSON, "x-loop-guard-key": "agent"}
 
@@ -341,7 +342,7 @@ async def test_stateless_requests_with_the_same_id_at_once_are_answered_each_on_
             "echo": _last_event(await http.post(url, json=body, headers=headers)),
         }
 
-    async with rig.guard(["--stateless", *args], env=env) as guard, httpx2.AsyncClient(timeout=20) as http:
+    async with _counting_guard(rig, log, "--stateless") as guard, httpx2.AsyncClient(timeout=20) as http:
         async with anyio.create_task_group() as tg:
             tg.start_soon(call, http, guard.mcp_url, "first")
             tg.start_soon(call, http, guard.mcp_url, "second")
@@ -360,9 +361,8 @@ async def test_stateless_requests_with_the_same_id_at_once_are_answered_each_on_
 async def test_a_client_leaving_mid_call_disturbs_no_one(rig: Rig, tmp_path: Path) -> None:
     """A client drops its call's event stream while progress still comes: the child and the other session go on."""
     log = tmp_path / "calls.jsonl"
-    args, env = _counting_args(log)
     async with (
-        rig.guard(args, env=env) as guard,
+        _counting_guard(rig, log) as guard,
         open_http_session(guard.mcp_url) as other,
         httpx2.AsyncClient(timeout=20) as http,
     ):
@@ -410,8 +410,7 @@ async def test_resource_updates_reach_the_sessions_that_subscribed(rig: Rig) -> 
 async def test_a_session_cancelling_its_call_cancels_it_in_the_child(rig: Rig, tmp_path: Path) -> None:
     """The client's notifications/cancelled names its own id: the child gets it under the id it knows the call by."""
     log = tmp_path / "calls.jsonl"
-    args, env = _counting_args(log)
-    async with rig.guard(args, env=env) as guard, httpx2.AsyncClient(timeout=20) as http:
+    async with _counting_guard(rig, log) as guard, httpx2.AsyncClient(timeout=20) as http:
         first, second = _RawSession(http, guard.mcp_url), _RawSession(http, guard.mcp_url)
         await first.open()
         await second.open()
