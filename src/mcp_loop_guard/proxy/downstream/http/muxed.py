@@ -30,6 +30,7 @@ from mcp_loop_guard.plan import Limits, Plan
 from mcp_loop_guard.proxy.downstream.agents import agent_loop, judge_for
 from mcp_loop_guard.proxy.downstream.http.admin import LiveAgent
 from mcp_loop_guard.proxy.downstream.http.agents import Agents
+from mcp_loop_guard.proxy.downstream.http.event_log import parse_event_id, primes, serve_log, single_answer
 from mcp_loop_guard.proxy.downstream.http.middleware import (
     RETRY_AFTER_BUSY,
     header,
@@ -38,11 +39,11 @@ from mcp_loop_guard.proxy.downstream.http.middleware import (
     token_of,
     trace_headers,
 )
-from mcp_loop_guard.proxy.downstream.http.muxed_sessions import MuxedSession, MuxedSessions, stream_pair
+from mcp_loop_guard.proxy.downstream.http.muxed_sessions import MuxedSession, MuxedSessions
 from mcp_loop_guard.proxy.downstream.http.muxed_sse import SseSessions
 from mcp_loop_guard.proxy.downstream.http.muxed_stateless import StatelessRequests, posted
 from mcp_loop_guard.proxy.downstream.http.relayed import SESSION, VERSION
-from mcp_loop_guard.proxy.downstream.http.replies import event_stream, is_modern, json_reply, single_answer
+from mcp_loop_guard.proxy.downstream.http.replies import is_modern, json_reply
 from mcp_loop_guard.proxy.downstream.http.sessionless import Sessionless
 from mcp_loop_guard.proxy.downstream.sessions import SessionFactory
 from mcp_loop_guard.proxy.relay.judge import Judge
@@ -298,7 +299,11 @@ class MuxedRelay:
     async def request(
         self, session: MuxedSession, message: Message, scope: Scope, receive: Receive, send: Send
     ) -> None:
-        """A client request: relayed, and what belongs to it streamed back until its answer."""
+        """A client request: relayed, and what belongs to it streamed back until its answer.
+
+        A session's event stream cut before the answer leaves its log parked: the answer still
+        lands there, for the client to resume with ``Last-Event-ID``.
+        """
         ident = message.id
         pipe = session.pipe
         assert ident is not None
@@ -308,39 +313,51 @@ class MuxedRelay:
             reused = wire.error(ident, wire.INVALID_REQUEST, why)
             await json_reply(send, 200, reused)
             return
-        writer, reader = stream_pair()
-        session.opened(message, writer)
+        log = session.opened(message)
         session.in_flight += 1
+        resumable = bool(session.session_id)
+        finished = True
         try:
             await pipe.take_client(message, trace=trace_headers(scope))
             accept = header(scope, b"accept") or b""
-            headers = [(b"mcp-session-id", session.session_id)] if session.session_id else []
+            headers = [(b"mcp-session-id", session.session_id)] if resumable else []
             if b"text/event-stream" in accept:
-                await event_stream(reader, headers, receive, send)
+                prime = resumable and primes(header(scope, VERSION))
+                finished = await serve_log(log, 0, headers, receive, send, ids=resumable, prime=prime)
             else:
-                await single_answer(reader, headers, send)
+                await single_answer(log, headers, send)
         finally:
-            session.closed(ident)
             session.in_flight -= 1
+            if finished or not resumable:
+                session.closed(ident)
+                session.delivered(log)
 
     async def _get(self, scope: Scope, receive: Receive, send: Send) -> None:
-        """The session's stream of what belongs to no request (list changes, logging)."""
+        """The session's stream of what belongs to no request (list changes, logging), or a cut stream resumed."""
         if b"text/event-stream" not in (header(scope, b"accept") or b""):
             await reply(send, 406, "Not Acceptable: the client must accept text/event-stream")
             return
         session = await self._session(scope, send)
         if session is None:
             return
-        if session.listener is not None:
+        log, after = session.listener, session.listener.written
+        last_event = header(scope, b"last-event-id")
+        if last_event is not None:
+            named = parse_event_id(last_event)
+            found = None if named is None else session.logs.get(named[0]) if named[0] else session.listener
+            if named is None or found is None:
+                why = "Bad Request: no stream of this session to resume from this Last-Event-ID"
+                await reply(send, 400, f"{why} (it was written to its end, or its session ended)")
+                return
+            log, after = found, named[1]
+            await log.take_over()
+        elif log.following:
             await reply(send, 409, "Conflict: only one GET stream is allowed per session")
             return
-        writer, reader = stream_pair()
-        session.listen(writer)
-        try:
-            await event_stream(reader, [(b"mcp-session-id", session.session_id)], receive, send)
-        finally:
-            if session.listener is writer:
-                session.listener = None
+        headers = [(b"mcp-session-id", session.session_id)]
+        prime = primes(header(scope, VERSION))
+        if await serve_log(log, after, headers, receive, send, prime=prime) and log is not session.listener:
+            session.delivered(log)
 
     # --- ends --------------------------------------------------------------------------------
 

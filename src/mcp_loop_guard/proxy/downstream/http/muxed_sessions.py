@@ -2,10 +2,12 @@
 
 A session is the guard's own (it gives the ``Mcp-Session-Id``): a message relay
 (:class:`~mcp_loop_guard.proxy.relay.pipe.Pipe`) whose upstream is the session's view of the
-shared child. What the relay sends the client goes to the event stream of the request it
+shared child. What the relay sends the client goes to the event log of the request it
 belongs to (an answer, its progress, a request the child made meanwhile), or else to the
-session's GET stream. A session the guard ends (aborted, deleted, expired, evicted) answers
-404 from then on and its streams close once what they hold is out.
+session's GET stream's log; a log is written out as one response's event stream, and what a
+cut stream missed is there for the client to resume (:mod:`.event_log`). A session the guard
+ends (aborted, deleted, expired, evicted) answers 404 from then on and its streams close
+once what they hold is out.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ import logging
 import math
 import secrets
 import time
-from collections import OrderedDict, deque
+from collections import OrderedDict
 from dataclasses import dataclass, field
 
 import anyio
@@ -23,6 +25,7 @@ from anyio.streams.memory import MemoryObjectSendStream
 from mcp_loop_guard.metrics import Metrics
 from mcp_loop_guard.plan import Plan
 from mcp_loop_guard.proxy.downstream.http.agents import Agents
+from mcp_loop_guard.proxy.downstream.http.event_log import EventLog
 from mcp_loop_guard.proxy.relay.pipe import Pipe
 from mcp_loop_guard.proxy.upstream.mux_view import MuxView
 from mcp_loop_guard.proxy.wire import messages as wire
@@ -35,8 +38,8 @@ logger = logging.getLogger(__name__)
 Stream = MemoryObjectSendStream[bytes]
 CLOSED_KEPT = 4096
 """Ended session ids remembered, so their requests get 404 at once."""
-BACKLOG = 256
-"""Notifications kept per session while it has no stream open (the oldest go first)."""
+LOGS_KEPT = 16
+"""Request logs a session keeps for resuming, besides those being written out (the oldest go first)."""
 SNIFF_LIMIT = 1 << 16
 """Lines up to this size are parsed to route them; a larger one is an answer, found by its id."""
 
@@ -48,93 +51,108 @@ def stream_pair() -> tuple[Stream, anyio.abc.ObjectReceiveStream[bytes]]:
 
 @dataclass(eq=False)
 class MuxedSession:
-    """One client session: its relay, the streams its lines go to, and its use."""
+    """One client session: its relay, the event logs its lines go to, and its use."""
 
     session_id: bytes
     token: str
     view: MuxView
     pipe: Pipe | None = None
-    streams: dict[RequestId, Stream] = field(default_factory=dict)
-    """Each request's event stream, until its answer went out."""
+    streams: dict[RequestId, EventLog] = field(default_factory=dict)
+    """Each request's event log, until its answer is in."""
+    logs: OrderedDict[int, EventLog] = field(default_factory=OrderedDict)
+    """Request logs not yet written to their end, by stream number: a GET may resume one whose stream was cut."""
     progress: dict[object, RequestId] = field(default_factory=dict)
     """The client's progress tokens -> the request each came with."""
-    listener: Stream | None = None
-    """The GET stream, when the client keeps one open."""
-    backlog: deque[bytes] = field(default_factory=lambda: deque(maxlen=BACKLOG))
-    """Notifications that came while no stream was open, for the GET stream when it opens."""
+    listener: EventLog = field(default_factory=lambda: EventLog(0))
+    """The GET stream's log: what belongs to no request, kept while no GET stream is open too."""
+    sse_out: Stream | None = None
+    """A legacy SSE session's one event stream."""
     last_used: float = field(default_factory=time.monotonic)
     in_flight: int = 0
     kind: str = "session"
     """``session`` (streamable HTTP: a stream per request) or ``sse`` (legacy SSE: one stream for everything)."""
+    streams_opened: int = 0
 
     @property
     def short(self) -> str:
         """The id's first characters, for logs."""
         return self.session_id[:8].decode("latin-1")
 
-    def opened(self, message: Message, stream: Stream) -> None:
-        """A request of the client's: its lines go to ``stream``."""
+    def opened(self, message: Message) -> EventLog:
+        """A request of the client's: the log its lines go to."""
         ident = message.id
         assert ident is not None
-        self.streams[ident] = stream
+        self.streams_opened += 1
+        log = self.streams[ident] = self.logs[self.streams_opened] = EventLog(self.streams_opened)
+        if len(self.logs) > LOGS_KEPT:
+            for number in [n for n, kept in self.logs.items() if not kept.following][: len(self.logs) - LOGS_KEPT]:
+                del self.logs[number]
         params = message.body.get("params")
         meta = params.get("_meta") if isinstance(params, dict) else None
         if isinstance(meta, dict) and "progressToken" in meta:
             self.progress[meta["progressToken"]] = ident
+        return log
 
     def closed(self, ident: RequestId) -> None:
-        """The request's stream is gone (answered, or its client went away)."""
-        stream = self.streams.pop(ident, None)
-        if stream is not None:
-            stream.close()
+        """The request is over (answered, or its client went away for good): its log takes nothing more."""
+        log = self.streams.pop(ident, None)
+        if log is not None:
+            log.end()
         for token, request in list(self.progress.items()):
             if request == ident:
                 del self.progress[token]
 
+    def delivered(self, log: EventLog) -> None:
+        """A request's log was written to its end: nothing is left to resume."""
+        self.logs.pop(log.number, None)
+
     async def send(self, line: bytes) -> None:
-        """One line of the relay's for the client, to the stream it belongs to (dropped when none is open)."""
+        """One line of the relay's for the client, to the log it belongs to (dropped when none will be read)."""
         if self.kind == "sse":
-            _put(self.listener, line)
+            _put(self.sse_out, line)
             return
         ident, kind, token = _sniff(line)
-        stream: Stream | None
+        log: EventLog | None
         if kind == "response":
-            stream = self.streams.get(ident) if ident is not None else None
-            if stream is not None:
-                _put(stream, line)
+            log = self.streams.get(ident) if ident is not None else None
+            if log is not None:
+                log.put(line)
                 self.closed(ident)  # type: ignore[arg-type]
                 return
         elif kind == "progress":
             request = self.progress.get(token)
-            stream = self.streams.get(request) if request is not None else None
-            stream = stream or self.listener
+            log = self.streams.get(request) if request is not None else None
+            log = log or self._open_listener()
         elif kind == "request":
             # The child asked while this session's requests were open: on the newest one's stream,
             # as a server that knows which request it asks for would send it.
-            stream = next(reversed(self.streams.values()), None) or self.listener
-        else:
-            stream = self.listener or next(reversed(self.streams.values()), None)
-            if stream is None:
-                self.backlog.append(line)  # the client has not opened its GET stream yet
-                return
-        if stream is None:
+            log = self._newest(followed=True) or self._open_listener() or self._newest(followed=False)
+        else:  # kept in the GET stream's log when no stream is open, for the GET stream when it opens
+            log = self._open_listener() or self._newest(followed=True) or self.listener
+        if log is None:
             logger.debug("session %s: no open stream for a %s; dropped", self.short, kind)
             return
-        _put(stream, line)
+        log.put(line)
 
-    def listen(self, stream: Stream) -> None:
-        """The client opened its GET stream: what came for it meanwhile goes first."""
-        self.listener = stream
-        while self.backlog:
-            _put(stream, self.backlog.popleft())
+    def _open_listener(self) -> EventLog | None:
+        return self.listener if self.listener.following else None
+
+    def _newest(self, *, followed: bool) -> EventLog | None:
+        """The newest request's log (being written to a client, if ``followed``)."""
+        for log in reversed(self.streams.values()):
+            if log.following or not followed:
+                return log
+        return None
 
     def close_streams(self) -> None:
-        """Close every stream (what they hold still goes out)."""
+        """End every log (what they hold still goes out to a stream writing them)."""
         for ident in list(self.streams):
             self.closed(ident)
-        if self.listener is not None:
-            self.listener.close()
-            self.listener = None
+        self.logs.clear()
+        self.listener.end()
+        if self.sse_out is not None:
+            self.sse_out.close()
+            self.sse_out = None
 
 
 def _put(stream: Stream | None, line: bytes) -> None:

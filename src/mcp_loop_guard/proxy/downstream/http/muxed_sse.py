@@ -64,7 +64,7 @@ class SseSessions:
         pipe = session.pipe
         assert pipe is not None
         writer, reader = stream_pair()
-        session.listener = writer
+        session.sse_out = writer
         try:
             with anyio.CancelScope() as connection:  # cancelled, the event stream's response ends too
                 async with (

@@ -16,14 +16,12 @@ from mcp_loop_guard.proxy.relay.tools import ToolFacts
 from mcp_loop_guard.proxy.upstream.exchange import HttpExchange, Response, UpstreamHttpError, forwarded_response_headers
 from mcp_loop_guard.proxy.upstream.http_answers import EVENTS, JSON, read_bounded, read_messages
 from mcp_loop_guard.proxy.wire import messages as wire
-from mcp_loop_guard.proxy.wire import sse
 from mcp_loop_guard.proxy.wire.messages import Message
 
 __all__ = [
     "EVENTS",
     "JSON",
     "Headers",
-    "event_stream",
     "is_modern",
     "json_reply",
     "learn_tools",
@@ -31,7 +29,6 @@ __all__ = [
     "read_body",
     "read_bounded",
     "relay_plain",
-    "single_answer",
     "speaks_modern",
 ]
 
@@ -172,35 +169,3 @@ async def learn_tools(
         cursor = result.get("nextCursor")
         if not cursor:
             return
-
-
-async def event_stream(
-    reader: anyio.abc.ObjectReceiveStream[bytes], headers: list[tuple[bytes, bytes]], receive: Receive, send: Send
-) -> None:
-    """Lines as server-sent events until the stream ends or the client goes away."""
-    headers = [(b"content-type", EVENTS), (b"cache-control", b"no-cache"), *headers]
-    await send({"type": "http.response.start", "status": 200, "headers": headers})
-    async with anyio.create_task_group() as tg:
-
-        async def disconnected() -> None:
-            while (await receive())["type"] != "http.disconnect":
-                pass
-            tg.cancel_scope.cancel()
-
-        tg.start_soon(disconnected)
-        async with reader:
-            async for line in reader:
-                await send({"type": "http.response.body", "body": sse.encode(line.rstrip(b"\n")), "more_body": True})
-        await send({"type": "http.response.body", "body": b"", "more_body": False})
-        tg.cancel_scope.cancel()
-
-
-async def single_answer(
-    reader: anyio.abc.ObjectReceiveStream[bytes], headers: list[tuple[bytes, bytes]], send: Send
-) -> None:
-    """The answer alone as a JSON body (for a client that takes no event stream); the rest is dropped."""
-    answer = b""
-    async with reader:
-        async for line in reader:
-            answer = line
-    await json_reply(send, 200, Message({}, answer.rstrip(b"\n")), headers)
