@@ -33,6 +33,8 @@ PRIMED_SINCE = b"2025-11-25"
 class EventLog:
     """The events of one stream: each line with its number, and a wake-up for whoever writes them out."""
 
+    __slots__ = ("_released", "_stop", "_wake", "done", "events", "following", "last", "number", "written")
+
     def __init__(self, number: int) -> None:
         """``number`` is the stream's, in its session (0: the GET stream)."""
         self.number = number

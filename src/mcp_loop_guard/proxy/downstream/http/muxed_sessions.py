@@ -59,12 +59,12 @@ class MuxedSession:
     pipe: Pipe | None = None
     streams: dict[RequestId, EventLog] = field(default_factory=dict)
     """Each request's event log, until its answer is in."""
-    logs: OrderedDict[int, EventLog] = field(default_factory=OrderedDict)
-    """Request logs not yet written to their end, by stream number: a GET may resume one whose stream was cut."""
+    logs: dict[int, EventLog] = field(default_factory=dict)
+    """Request logs not yet written to their end, oldest first: a GET may resume one whose stream was cut."""
     progress: dict[object, RequestId] = field(default_factory=dict)
     """The client's progress tokens -> the request each came with."""
-    listener: EventLog = field(default_factory=lambda: EventLog(0))
-    """The GET stream's log: what belongs to no request, kept while no GET stream is open too."""
+    kept_listener: EventLog | None = None
+    """The GET stream's log, once something went to it."""
     sse_out: Stream | None = None
     """A legacy SSE session's one event stream."""
     last_used: float = field(default_factory=time.monotonic)
@@ -72,6 +72,13 @@ class MuxedSession:
     kind: str = "session"
     """``session`` (streamable HTTP: a stream per request) or ``sse`` (legacy SSE: one stream for everything)."""
     streams_opened: int = 0
+
+    @property
+    def listener(self) -> EventLog:
+        """The GET stream's log: what belongs to no request, kept while no GET stream is open too."""
+        if self.kept_listener is None:
+            self.kept_listener = EventLog(0)
+        return self.kept_listener
 
     @property
     def short(self) -> str:
@@ -135,7 +142,8 @@ class MuxedSession:
         log.put(line)
 
     def _open_listener(self) -> EventLog | None:
-        return self.listener if self.listener.following else None
+        listener = self.kept_listener
+        return listener if listener is not None and listener.following else None
 
     def _newest(self, *, followed: bool) -> EventLog | None:
         """The newest request's log (being written to a client, if ``followed``)."""
@@ -149,7 +157,8 @@ class MuxedSession:
         for ident in list(self.streams):
             self.closed(ident)
         self.logs.clear()
-        self.listener.end()
+        if self.kept_listener is not None:
+            self.kept_listener.end()
         if self.sse_out is not None:
             self.sse_out.close()
             self.sse_out = None
