@@ -1,9 +1,11 @@
-"""A cut event stream of the HTTP guard in front of one shared stdio server, resumed with ``Last-Event-ID``.
+"""Cut event streams of the HTTP guard resumed with ``Last-Event-ID``.
 
-The guard runs the counting fixture as its shared child. A client's connection is cut in
-the middle of a slow call, once by a bare client that then resumes by hand, once by a TCP
-relay between the SDK's own client and the guard, which the SDK client recovers from by
-itself: either way the answer arrives, and the call reached the child once.
+In front of one shared stdio server the guard keeps the events itself. It runs the counting
+fixture as its shared child, and a client's connection is cut in the middle of a slow call,
+once by a bare client that then resumes by hand, once by a TCP relay between the SDK's own
+client and the guard, which the SDK client recovers from by itself: either way the answer
+arrives, and the call reached the child once. In front of one streamable HTTP server the
+resuming GET goes to the server, which keeps its own events.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ import anyio
 import anyio.abc
 import pytest
 from anyio.abc import SocketAttribute
+from mcp import Client
 
 from tests.harness import counted_calls, fixture_command, texts
 from tests.http_harness import (
@@ -140,3 +143,13 @@ async def test_the_sdk_client_recovers_a_cut_call_stream_by_itself(rig: Rig, tmp
         assert steps == sorted(set(steps))  # none twice
         assert steps[-1] == 10  # the last progress came through the resumed stream
     assert len(counted_calls(log, "slow")) == 1
+
+
+async def test_a_stream_the_server_closes_is_resumed_at_the_server_through_the_guard(rig: Rig) -> None:
+    """The server ends a call's stream before its answer (the spec's polling); the client resumes via the guard."""
+    async with rig.listen_http("--resumable") as listen:
+        config = rig.config({"listen": {"type": "http", "url": listen.mcp_url}})
+        async with rig.guard(["--config", str(config)]) as guard, Client(guard.mcp_url, mode="legacy") as client:
+            with anyio.fail_after(20):
+                answered = await client.call_tool("answer_later", {})
+    assert texts(answered) == ["answered after the stream closed"]
