@@ -269,6 +269,12 @@ class Settings(BaseSettings):
     max_pending_requests: int = Field(
         default=64, ge=1, description="Upstream requests (sampling, roots, ping) awaiting one client at once."
     )
+    sse_ping_seconds: float = Field(
+        default=15.0,
+        ge=0,
+        description="Seconds of silence after which the guard's own event streams carry a comment, so proxies "
+        "between it and the client do not cut them as idle (0: never).",
+    )
 
     @classmethod
     def settings_customise_sources(

@@ -1,11 +1,12 @@
-"""Cut event streams of the HTTP guard resumed with ``Last-Event-ID``.
+"""Event streams of the HTTP guard: kept open through idle proxies, and resumed with ``Last-Event-ID`` when cut.
 
 In front of one shared stdio server the guard keeps the events itself. It runs the counting
 fixture as its shared child, and a client's connection is cut in the middle of a slow call,
 once by a bare client that then resumes by hand, once by a TCP relay between the SDK's own
 client and the guard, which the SDK client recovers from by itself: either way the answer
-arrives, and the call reached the child once. In front of one streamable HTTP server the
-resuming GET goes to the server, which keeps its own events.
+arrives, and the call reached the child once. A call that stays silent has its stream carry
+comments, which proxies take for traffic and clients skip. In front of one streamable HTTP
+server the resuming GET goes to the server, which keeps its own events.
 """
 
 from __future__ import annotations
@@ -153,3 +154,21 @@ async def test_a_stream_the_server_closes_is_resumed_at_the_server_through_the_g
             with anyio.fail_after(20):
                 answered = await client.call_tool("answer_later", {})
     assert texts(answered) == ["answered after the stream closed"]
+
+
+async def test_a_silent_call_stream_carries_comments_that_clients_skip(rig: Rig, tmp_path: Path) -> None:
+    """``LOOP_GUARD_SSE_PING_SECONDS``: a comment after each such silence, so a proxy's idle timer never cuts it."""
+    env = {"COUNTING_SERVER_LOG": str(tmp_path / "calls.jsonl"), "LOOP_GUARD_SSE_PING_SECONDS": "0.2"}
+    async with rig.guard(["--", *fixture_command("counting_server")], env=env) as guard:
+        session = await raw_session(guard.mcp_url)
+        body = tool_call_body("slow", {"seconds": 1.2}, request_id=3)  # no progress token: nothing to say meanwhile
+        async with http_client(timeout=10) as client:
+            response = await client.post(guard.mcp_url, content=json.dumps(body), headers=MCP_POST_HEADERS | session)
+        before, _, answer = response.text.rpartition("event: message")
+        assert before.count(": ping\n\n") >= 3, response.text
+        assert json.loads(answer.partition("data: ")[2])["result"]["content"][0]["text"] == "slept 1.2 seconds"
+
+        async with open_http_session(guard.mcp_url) as http:
+            with anyio.fail_after(20):
+                result = await http.session.call_tool("slow", {"seconds": 0.6})
+        assert texts(result) == ["slept 0.6 seconds"]

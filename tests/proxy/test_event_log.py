@@ -7,12 +7,13 @@ the middle.
 
 from __future__ import annotations
 
+from functools import partial
 from typing import Any
 
 import anyio
 import pytest
 
-from mcp_loop_guard.proxy.downstream.http.event_log import KEPT, EventLog, parse_event_id, primes, serve_log
+from mcp_loop_guard.proxy.downstream.http.event_log import KEPT, PING, EventLog, parse_event_id, primes, serve_log
 from mcp_loop_guard.proxy.downstream.http.muxed_sessions import MuxedSession
 from mcp_loop_guard.proxy.wire.messages import Message
 
@@ -190,3 +191,20 @@ def test_event_ids_are_read_back_and_anything_else_is_refused() -> None:
     assert primes(b"2025-11-25")
     assert not primes(b"2025-06-18")
     assert not primes(None)
+
+
+async def test_a_silent_stream_carries_comments_until_its_next_event() -> None:
+    """Proxies cut event streams that stay silent (nginx: after 60 s); a comment each ``ping`` seconds keeps them."""
+    s = session()
+    log = s.opened(call(1))
+    response = Response()
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(partial(serve_log, log, 0, [], response.receive, response.send, ping=0.05))
+        await anyio.sleep(0.3)
+        await s.send(answer(1))
+    body = b"".join(m.get("body", b"") for m in response.messages if m["type"] == "http.response.body")
+    head, _, rest = body.partition(b"event: message")
+    assert head.count(PING) >= 3
+    assert head == PING * head.count(PING)  # nothing but whole comments before the answer
+    assert b"data: " + answer(1).rstrip(b"\n") in rest
+    assert response.ended

@@ -10,6 +10,7 @@ transport's resumability, as the SDK client uses it. The call is not made again.
 
 from __future__ import annotations
 
+import math
 from collections import deque
 from collections.abc import AsyncIterator
 from itertools import islice
@@ -25,6 +26,9 @@ __all__ = ["KEPT", "EventLog", "parse_event_id", "primes", "serve_log", "single_
 
 KEPT = 256
 """Events a log keeps (the oldest go first: a resumed stream of a very chatty call may miss early progress)."""
+
+PING = b": ping\n\n"
+"""An SSE comment: no event for the client, bytes on the wire for a proxy's idle timer."""
 
 PRIMED_SINCE = b"2025-11-25"
 """The first protocol version whose clients read an event without data (the priming event)."""
@@ -66,8 +70,11 @@ class EventLog:
         """The id of this log's event ``number``."""
         return b"%d/%d" % (self.number, number)
 
-    async def follow(self, after: int) -> AsyncIterator[tuple[int, bytes]]:
-        """Every kept event after ``after``, then each as it comes, until the log is done."""
+    async def follow(self, after: int, *, ping: float = 0) -> AsyncIterator[tuple[int, bytes]]:
+        """Every kept event after ``after``, then each as it comes, until the log is done.
+
+        With ``ping``, each ``ping`` seconds without an event yield ``(0, b"")``.
+        """
         while True:
             if self.events and self.last > after:
                 first = self.events[0][0]
@@ -77,8 +84,11 @@ class EventLog:
                 continue
             if self.done:
                 return
-            self._wake = anyio.Event()
-            await self._wake.wait()
+            self._wake = wake = anyio.Event()
+            with anyio.move_on_after(ping or math.inf):
+                await wake.wait()
+            if not wake.is_set():
+                yield 0, b""
 
     async def take_over(self) -> None:
         """Stop the response writing this log, if one is: its client resumed, so that stream is dead to it.
@@ -112,12 +122,14 @@ async def serve_log(
     *,
     ids: bool = True,
     prime: bool = False,
+    ping: float = 0,
 ) -> bool:
     """Write ``log``'s events after ``after`` as an event stream until it is done; False if the client left first.
 
     Without ``ids`` (a request of no session, which nothing could resume) the events carry
     none. With ``prime``, the stream opens with an event that carries only an id, so a client
-    cut before the first message can still resume.
+    cut before the first message can still resume. Each ``ping`` seconds without an event
+    (0: never) the stream carries a comment, which clients skip and proxies take for traffic.
     """
     headers = [(b"content-type", EVENTS), (b"cache-control", b"no-cache"), *headers]
     await send({"type": "http.response.start", "status": 200, "headers": headers})
@@ -136,7 +148,10 @@ async def serve_log(
             tg.start_soon(disconnected)
             if prime:
                 await send({"type": "http.response.body", "body": _priming(log, after), "more_body": True})
-            async for number, line in log.follow(after):
+            async for number, line in log.follow(after, ping=ping):
+                if not number:
+                    await send({"type": "http.response.body", "body": PING, "more_body": True})
+                    continue
                 body = sse.encode(line.rstrip(b"\n"), event_id=log.event_id(number) if ids else None)
                 await send({"type": "http.response.body", "body": body, "more_body": True})
                 log.written = number

@@ -323,7 +323,8 @@ class MuxedRelay:
             headers = [(b"mcp-session-id", session.session_id)] if resumable else []
             if b"text/event-stream" in accept:
                 prime = resumable and primes(header(scope, VERSION))
-                finished = await serve_log(log, 0, headers, receive, send, ids=resumable, prime=prime)
+                ping = self.settings.sse_ping_seconds
+                finished = await serve_log(log, 0, headers, receive, send, ids=resumable, prime=prime, ping=ping)
             else:
                 await single_answer(log, headers, send)
         finally:
@@ -356,7 +357,8 @@ class MuxedRelay:
             return
         headers = [(b"mcp-session-id", session.session_id)]
         prime = primes(header(scope, VERSION))
-        if await serve_log(log, after, headers, receive, send, prime=prime) and log is not session.listener:
+        ping = self.settings.sse_ping_seconds
+        if await serve_log(log, after, headers, receive, send, prime=prime, ping=ping) and log is not session.listener:
             session.delivered(log)
 
     # --- ends --------------------------------------------------------------------------------
