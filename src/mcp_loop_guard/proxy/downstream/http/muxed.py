@@ -13,47 +13,30 @@ relay too (:mod:`.muxed_sse`).
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator, Iterator, Sequence
+from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from functools import partial
 from typing import Any
 
 import anyio
-import anyio.abc
 from mcp.server.transport_security import TransportSecuritySettings
-from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS
-from starlette.types import Receive, Scope, Send
 
 from mcp_loop_guard.config import ServerSpec, StdioServer
 from mcp_loop_guard.metrics import Metrics
 from mcp_loop_guard.plan import Limits, Plan
 from mcp_loop_guard.proxy.downstream.agents import agent_loop, judge_for
-from mcp_loop_guard.proxy.downstream.http.admin import LiveAgent
 from mcp_loop_guard.proxy.downstream.http.agents import Agents
-from mcp_loop_guard.proxy.downstream.http.event_log import parse_event_id, primes, serve_log, single_answer
-from mcp_loop_guard.proxy.downstream.http.middleware import (
-    RETRY_AFTER_BUSY,
-    header,
-    reply,
-    retry_after,
-    token_of,
-    trace_headers,
-)
-from mcp_loop_guard.proxy.downstream.http.muxed_sessions import MuxedSession, MuxedSessions
-from mcp_loop_guard.proxy.downstream.http.muxed_sse import SseSessions
-from mcp_loop_guard.proxy.downstream.http.muxed_stateless import StatelessRequests, posted
-from mcp_loop_guard.proxy.downstream.http.relayed import SESSION, VERSION
-from mcp_loop_guard.proxy.downstream.http.replies import is_modern, json_reply
+from mcp_loop_guard.proxy.downstream.http.muxed_sessions import MuxedSession
+from mcp_loop_guard.proxy.downstream.http.muxed_stateless import StatelessRequests
+from mcp_loop_guard.proxy.downstream.http.session_relay import SessionRelay
 from mcp_loop_guard.proxy.downstream.http.sessionless import Sessionless
 from mcp_loop_guard.proxy.downstream.sessions import SessionFactory
 from mcp_loop_guard.proxy.relay.judge import Judge
 from mcp_loop_guard.proxy.relay.pipe import Pipe
-from mcp_loop_guard.proxy.relay.session_server import STOPPING
 from mcp_loop_guard.proxy.relay.tools import ToolFacts
 from mcp_loop_guard.proxy.upstream.mux import Mux
 from mcp_loop_guard.proxy.upstream.mux_view import MuxView
 from mcp_loop_guard.proxy.upstream.pool import Slot
-from mcp_loop_guard.proxy.wire import messages as wire
 from mcp_loop_guard.proxy.wire.lines import Oversized
 from mcp_loop_guard.proxy.wire.messages import BadLine, Message
 
@@ -62,7 +45,7 @@ __all__ = ["MuxedRelay"]
 logger = logging.getLogger(__name__)
 
 
-class MuxedRelay:
+class MuxedRelay(SessionRelay):
     """Every client of one HTTP guard in front of one shared stdio server."""
 
     def __init__(
@@ -76,20 +59,11 @@ class MuxedRelay:
         security: TransportSecuritySettings,
     ) -> None:
         """The child is the factory's one slot's; ``translating`` serves 2026-07-28 requests through the SDK."""
-        self.sse = SseSessions(self, security, plan.settings.max_request_bytes)
-        self.handle_sse = self.sse.handle_sse
-        self.handle_messages = self.sse.handle_messages
-        self.plan = plan
-        self.settings = plan.settings
+        super().__init__(plan, agents=agents, metrics=metrics, translating=translating, security=security)
         self.factory = factory
-        self.agents = agents
-        self.metrics = metrics
-        self.translating = translating
-        self.sessions = MuxedSessions(plan, agents, metrics)
         self.facts = ToolFacts()
         self.stateless = StatelessRequests(self)
         self._watched: list[Slot] = []
-        self._tg: anyio.abc.TaskGroup | None = None
 
     @property
     def slot(self) -> Slot:
@@ -137,28 +111,6 @@ class MuxedRelay:
 
         slot.on_change(changed)
 
-    async def _expire(self) -> None:
-        idle = self.settings.session_idle_seconds
-        while True:
-            await anyio.sleep(min(idle, 30.0))
-            for session in self.sessions.idle(idle):
-                logger.info("session %s expired after %.0fs idle", session.short, idle)
-                await self.end(session)
-            self.agents.expire(idle)
-
-    async def _on_stop(self) -> None:
-        """At the first signal, every request in flight is answered with an error on its own stream."""
-        waiting = anyio.CancelScope()
-        STOPPING.scopes.add(waiting)
-        with waiting:
-            if not STOPPING.flag:
-                await anyio.sleep_forever()
-        STOPPING.scopes.discard(waiting)
-        for session in list(self.sessions.live.values()):
-            if session.pipe is not None:
-                await session.pipe.shut_down("the guard is shutting down")
-            session.close_streams()
-
     async def reconfigure(self, servers: Sequence[ServerSpec]) -> str | None:
         """A config reload: the one stdio server, changed or not, applies at once; anything else needs a restart."""
         if len(servers) != 1 or not isinstance(servers[0], StdioServer):
@@ -166,96 +118,6 @@ class MuxedRelay:
         problem = await self.factory.reconfigure(servers)
         self._watch(self.slot)
         return problem
-
-    def held(self) -> Iterator[LiveAgent]:
-        """Every agent held in memory now, for the admin API."""
-        for session in list(self.sessions.live.values()):
-            if session.pipe is not None:
-                yield LiveAgent("session", session.pipe.judge.agent, session.in_flight)
-        for agent in list(self.agents.held.values()):
-            yield LiveAgent("keyed", agent.judge.agent, agent.in_flight)
-
-    # --- requests ----------------------------------------------------------------------------
-
-    async def handle_mcp(self, scope: Scope, receive: Receive, send: Send) -> None:
-        """One request to ``/mcp``."""
-        if is_modern(scope["headers"]) and header(scope, SESSION) is None:
-            version = header(scope, VERSION)
-            await self.translating.serve(
-                scope, receive, send, version.decode("latin-1") if version else None, modern=True
-            )
-            return
-        method = scope["method"]
-        if self.settings.stateless:
-            if method == "POST":
-                await self.stateless.post(scope, receive, send)
-            else:
-                await reply(send, 405, "Method Not Allowed: a stateless server has no sessions", [(b"allow", b"POST")])
-        elif method == "POST":
-            await self._post(scope, receive, send)
-        elif method == "GET":
-            await self._get(scope, receive, send)
-        elif method == "DELETE":
-            session = await self._session(scope, send)
-            if session is not None:
-                await self.end(session)
-                await send({"type": "http.response.start", "status": 200, "headers": []})
-                await send({"type": "http.response.body", "body": b""})
-        else:
-            await reply(send, 405, "Method Not Allowed", [(b"allow", b"GET, POST, DELETE")])
-
-    async def _session(self, scope: Scope, send: Send) -> MuxedSession | None:
-        """The session the request names; None when the request was answered instead (400, 404)."""
-        session_id = header(scope, SESSION)
-        if session_id is None:
-            await reply(send, 400, "Bad Request: Missing session ID")
-            return None
-        version = header(scope, VERSION)
-        if version is not None and version.decode("latin-1") not in HANDSHAKE_PROTOCOL_VERSIONS:
-            await reply(send, 400, f"Bad Request: Unsupported protocol version: {version.decode('latin-1')}")
-            return None
-        session = self.sessions.lookup(session_id, token_of(scope))
-        if session is None:
-            await reply(send, 404, "Session not found")
-        return session
-
-    async def _post(self, scope: Scope, receive: Receive, send: Send) -> None:
-        parsed = await posted(scope, receive, send)
-        if parsed is None:
-            return
-        if isinstance(parsed, Message) and parsed.method == "initialize" and header(scope, SESSION) is None:
-            session = await self._open(scope, send)
-        else:
-            session = await self._session(scope, send)
-        if session is None:
-            return
-        pipe = session.pipe
-        assert pipe is not None
-        if not isinstance(parsed, Message) or not parsed.is_request:
-            await pipe.take_client(parsed)
-            await send({"type": "http.response.start", "status": 202, "headers": []})
-            await send({"type": "http.response.body", "body": b""})
-            return
-        await self.request(session, parsed, scope, receive, send)
-
-    async def _open(self, scope: Scope, send: Send) -> MuxedSession | None:
-        """A new session for an ``initialize``; None when there is no room (the client got 503)."""
-        if not await self.room(send):
-            return None
-        return self.new_session(token_of(scope))
-
-    async def room(self, send: Send) -> bool:
-        """Room for one more session: the least recently used idle one ends, or the client gets 503."""
-        if len(self.sessions.live) < self.settings.max_sessions:
-            return True
-        idle = self.sessions.full()
-        if idle is None:
-            busy = "Service Unavailable: too many sessions; try again later"
-            await reply(send, 503, busy, retry_after(RETRY_AFTER_BUSY))
-            return False
-        logger.info("session limit reached: closing the least recently used idle session %s", idle.short)
-        await self.end(idle)
-        return True
 
     def new_session(self, token: str, *, kind: str = "session", judge: Judge | None = None) -> MuxedSession:
         """A session opened with ``token``; its view attaches to the child when it first sends.
@@ -295,83 +157,3 @@ class MuxedRelay:
         """The child serving now: the slot's, while it is ready."""
         slot = self.slot
         return slot.connection.mux if slot.connection is not None and slot.status == "ready" else None
-
-    async def request(
-        self, session: MuxedSession, message: Message, scope: Scope, receive: Receive, send: Send
-    ) -> None:
-        """A client request: relayed, and what belongs to it streamed back until its answer.
-
-        A session's event stream cut before the answer leaves its log parked: the answer still
-        lands there, for the client to resume with ``Last-Event-ID``.
-        """
-        ident = message.id
-        pipe = session.pipe
-        assert ident is not None
-        assert pipe is not None
-        if ident in session.streams:
-            why = "Invalid Request: a request with this id is still in flight"
-            reused = wire.error(ident, wire.INVALID_REQUEST, why)
-            await json_reply(send, 200, reused)
-            return
-        log = session.opened(message)
-        session.in_flight += 1
-        resumable = bool(session.session_id)
-        finished = True
-        try:
-            await pipe.take_client(message, trace=trace_headers(scope))
-            accept = header(scope, b"accept") or b""
-            headers = [(b"mcp-session-id", session.session_id)] if resumable else []
-            if b"text/event-stream" in accept:
-                prime = resumable and primes(header(scope, VERSION))
-                ping = self.settings.sse_ping_seconds
-                finished = await serve_log(log, 0, headers, receive, send, ids=resumable, prime=prime, ping=ping)
-            else:
-                await single_answer(log, headers, send)
-        finally:
-            session.in_flight -= 1
-            if finished or not resumable:
-                session.closed(ident)
-                session.delivered(log)
-
-    async def _get(self, scope: Scope, receive: Receive, send: Send) -> None:
-        """The session's stream of what belongs to no request (list changes, logging), or a cut stream resumed."""
-        if b"text/event-stream" not in (header(scope, b"accept") or b""):
-            await reply(send, 406, "Not Acceptable: the client must accept text/event-stream")
-            return
-        session = await self._session(scope, send)
-        if session is None:
-            return
-        log, after = session.listener, session.listener.written
-        last_event = header(scope, b"last-event-id")
-        if last_event is not None:
-            named = parse_event_id(last_event)
-            found = None if named is None else session.logs.get(named[0]) if named[0] else session.listener
-            if named is None or found is None:
-                why = "Bad Request: no stream of this session to resume from this Last-Event-ID"
-                await reply(send, 400, f"{why} (it was written to its end, or its session ended)")
-                return
-            log, after = found, named[1]
-            await log.take_over()
-        elif log.following:
-            await reply(send, 409, "Conflict: only one GET stream is allowed per session")
-            return
-        headers = [(b"mcp-session-id", session.session_id)]
-        prime = primes(header(scope, VERSION))
-        ping = self.settings.sse_ping_seconds
-        if await serve_log(log, after, headers, receive, send, prime=prime, ping=ping) and log is not session.listener:
-            session.delivered(log)
-
-    # --- ends --------------------------------------------------------------------------------
-
-    def _aborted(self, session: MuxedSession) -> None:
-        """An aborting refusal is on its stream: the session ends now (the refusal still goes out)."""
-        if not session.session_id:
-            logger.warning("an agent was aborted for looping; its requests get 429 for a while")
-            return
-        logger.warning("session %s aborted: its agent kept looping", session.short)
-        self.sessions.retire(session)
-
-    async def end(self, session: MuxedSession) -> None:
-        """End a session: its requests in flight get an error, its id 404."""
-        if self.sessions.retire(session) and session.pipe is not None:
-            await session.pipe.shut_down("the session ended")
