@@ -81,6 +81,11 @@ class MuxView:
         if self.on_tools is not None:
             self.on_tools(tools)
 
+    def leave(self) -> None:
+        """The session ended: the child forgets this share (its requests in flight included)."""
+        if self.mux is not None:
+            self.mux.detach(self)
+
     def end_input(self) -> None:
         """Nothing to end: the child serves other sessions."""
 

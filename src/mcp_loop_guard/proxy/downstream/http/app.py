@@ -29,10 +29,12 @@ from mcp_loop_guard.plan import Plan
 from mcp_loop_guard.proxy.downstream.agents import opened_events, opened_store
 from mcp_loop_guard.proxy.downstream.http.admin import ADMIN_PREFIX, Admin, LiveAgent
 from mcp_loop_guard.proxy.downstream.http.agents import Agents
+from mcp_loop_guard.proxy.downstream.http.channeled import ChanneledRelay
 from mcp_loop_guard.proxy.downstream.http.middleware import AuthGuard, BodyGuard, HostGuard, security_settings
 from mcp_loop_guard.proxy.downstream.http.muxed import MuxedRelay
 from mcp_loop_guard.proxy.downstream.http.protocol import OnceInAWhile, protocol_class, raise_open_file_limit
 from mcp_loop_guard.proxy.downstream.http.relayed import HttpRelay
+from mcp_loop_guard.proxy.downstream.http.session_relay import SessionRelay
 from mcp_loop_guard.proxy.downstream.http.sessionless import Sessionless
 from mcp_loop_guard.proxy.downstream.http.sessions import GuardSessions
 from mcp_loop_guard.proxy.downstream.sessions import SessionFactory
@@ -97,6 +99,22 @@ def relayed_upstream(plan: Plan) -> HttpServer | None:
     return spec if isinstance(spec, HttpServer) and spec.transport == "http" else None
 
 
+def channeled_upstream(plan: Plan) -> HttpServer | None:
+    """The one remote server an HTTP guard relays for each session over an upstream session of its own.
+
+    A legacy SSE server, or a streamable HTTP one in front of legacy SSE clients; not with
+    ``--stateless``, whose requests open no session (the SDK path serves those).
+    """
+    servers = plan.config.servers
+    settings = plan.settings
+    if settings.transport not in ("http", "sse") or settings.stateless or len(servers) != 1:
+        return None
+    spec = servers[0]
+    if not isinstance(spec, HttpServer) or (spec.transport != "sse" and settings.transport != "sse"):
+        return None
+    return spec
+
+
 def muxed_upstream(plan: Plan) -> StdioServer | None:
     """The one stdio server an HTTP guard relays message by message for every session, when that is all it serves.
 
@@ -140,7 +158,7 @@ def build_app(  # noqa: PLR0917 - what the routes serve, all needed
         Route("/metrics", metrics_endpoint),
     ]
     if settings.transport == "sse":
-        assert isinstance(sessions, GuardSessions | MuxedRelay)
+        assert isinstance(sessions, GuardSessions | SessionRelay)
         routes.append(Route("/sse", _Raw(sessions.handle_sse)))
         routes.append(Mount("/messages/", app=sessions.handle_messages))
         json_paths = ["/messages"]
@@ -242,13 +260,24 @@ async def _serve(plan: Plan, stop: _Stop) -> None:
     async with opened_store(plan) as (store, health), opened_events(plan) as events:
         forget: Callable[[str], object] | None = store.forget if isinstance(store, MemoryStore) else None
         agents = Agents(plan, store, health, events, metrics.observer(), limit=settings.max_keys, on_evict=forget)
-        sessions: GuardSessions | HttpRelay | MuxedRelay
+        sessions: GuardSessions | HttpRelay | SessionRelay
         relayed = relayed_upstream(plan)
         if muxed_upstream(plan) is not None:
             translating = Sessionless(plan, factory=factory, agents=agents, security=security_settings(settings))
             sessions = MuxedRelay(
                 plan,
                 factory=factory,
+                agents=agents,
+                metrics=metrics,
+                translating=translating,
+                security=security_settings(settings),
+            )
+            reconfigure = sessions.reconfigure
+        elif (channeled := channeled_upstream(plan)) is not None:
+            translating = Sessionless(plan, factory=factory, agents=agents, security=security_settings(settings))
+            sessions = ChanneledRelay(
+                plan,
+                channeled,
                 agents=agents,
                 metrics=metrics,
                 translating=translating,

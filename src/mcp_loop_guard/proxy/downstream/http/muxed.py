@@ -104,7 +104,7 @@ class MuxedRelay(SessionRelay):
             if changed_slot.status != "ready" or mux is None or self._tg is None:
                 return
             for session in list(self.sessions.live.values()):
-                if session.view.mux is not mux:
+                if session.view is not None and session.view.mux is not mux:
                     mux.attach(session.view)
                     if session.pipe is not None:
                         self._tg.start_soon(session.pipe.upstream_restarted)
@@ -142,6 +142,7 @@ class MuxedRelay(SessionRelay):
         view.down = f"upstream `{spec.display}` is {slot.status}: {slot.detail}"
         if judge is None:
             session = self.sessions.new(token, view, kind=kind)
+            session.on_retire = view.leave
             key = self.sessions.key(session)
             loop = agent_loop(self.plan, self.agents.store, self.agents.health, key)
             judge = judge_for(self.plan, loop, label=key, events=self.agents.events, observe=self.agents.observe)

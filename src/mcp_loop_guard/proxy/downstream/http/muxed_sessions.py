@@ -2,7 +2,7 @@
 
 A session is the guard's own (it gives the ``Mcp-Session-Id``): a message relay
 (:class:`~mcp_loop_guard.proxy.relay.pipe.Pipe`) whose upstream is the session's view of the
-shared child. What the relay sends the client goes to the event log of the request it
+shared child, or an upstream session of its own. What the relay sends the client goes to the event log of the request it
 belongs to (an answer, its progress, a request the child made meanwhile), or else to the
 session's GET stream's log; a log is written out as one response's event stream, and what a
 cut stream missed is there for the client to resume (:mod:`.event_log`). A session the guard
@@ -17,6 +17,7 @@ import math
 import secrets
 import time
 from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import anyio
@@ -55,8 +56,11 @@ class MuxedSession:
 
     session_id: bytes
     token: str
-    view: MuxView
+    view: MuxView | None
+    """The session's share of the one child, for a relay in front of a shared child."""
     pipe: Pipe | None = None
+    on_retire: Callable[[], None] | None = None
+    """What lets the upstream go when the session ends (the child's share, or a connection of its own)."""
     streams: dict[RequestId, EventLog] = field(default_factory=dict)
     """Each request's event log, until its answer is in."""
     logs: dict[int, EventLog] = field(default_factory=dict)
@@ -211,7 +215,7 @@ class MuxedSessions:
         session.last_used = time.monotonic()
         return session
 
-    def new(self, token: str, view: MuxView, *, kind: str = "session") -> MuxedSession:
+    def new(self, token: str, view: MuxView | None, *, kind: str = "session") -> MuxedSession:
         """A session for an ``initialize`` (or a legacy SSE connection)."""
         session = MuxedSession(secrets.token_hex(16).encode(), token, view, kind=kind)
         self.live[session.session_id] = session
@@ -235,9 +239,8 @@ class MuxedSessions:
         while len(self.ended) > CLOSED_KEPT:
             self.ended.popitem(last=False)
         session.close_streams()
-        mux = session.view.mux
-        if mux is not None:
-            mux.detach(session.view)
+        if session.on_retire is not None:
+            session.on_retire()
         return True
 
     def idle(self, seconds: float) -> list[MuxedSession]:

@@ -83,6 +83,5 @@ class StatelessRequests:
                 await send({"type": "http.response.body", "body": b""})
         finally:
             agent.in_flight -= 1
-            mux = session.view.mux
-            if mux is not None:
-                mux.detach(session.view)
+            if session.view is not None:
+                session.view.leave()

@@ -1,0 +1,105 @@
+"""The HTTP guard in front of one remote server it does not share: each session over an upstream session of its own.
+
+For a legacy SSE server (whose event stream is its session), and for legacy SSE clients in
+front of one streamable HTTP server. Each of the guard's sessions opens its own session at
+the server when it opens, with the client's own ``initialize``, and ends it when it ends;
+its messages cross as they came, ids and all, and only a ``tools/call`` is judged: the same
+message relay, over the same upstream channels, as a stdio guard's ``--upstream URL``
+(:mod:`~mcp_loop_guard.proxy.upstream.sse_lines`, :mod:`~mcp_loop_guard.proxy.upstream.http_lines`).
+What the client sees is what the server says, in the era the two agree on.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
+from functools import partial
+
+import anyio
+from mcp.server.transport_security import TransportSecuritySettings
+
+from mcp_loop_guard.config import HttpServer, ServerSpec
+from mcp_loop_guard.metrics import Metrics
+from mcp_loop_guard.plan import Limits, Plan
+from mcp_loop_guard.proxy.downstream.agents import agent_loop, judge_for
+from mcp_loop_guard.proxy.downstream.http.agents import Agents
+from mcp_loop_guard.proxy.downstream.http.muxed_sessions import MuxedSession
+from mcp_loop_guard.proxy.downstream.http.session_relay import SessionRelay
+from mcp_loop_guard.proxy.downstream.http.sessionless import Sessionless
+from mcp_loop_guard.proxy.relay.judge import Judge
+from mcp_loop_guard.proxy.relay.pipe import Pipe
+
+__all__ = ["ChanneledRelay"]
+
+logger = logging.getLogger(__name__)
+
+
+class ChanneledRelay(SessionRelay):
+    """Every client of one HTTP guard in front of one remote server, each over its own upstream session."""
+
+    def __init__(
+        self,
+        plan: Plan,
+        spec: HttpServer,
+        *,
+        agents: Agents,
+        metrics: Metrics,
+        translating: Sessionless,
+        security: TransportSecuritySettings,
+    ) -> None:
+        """``translating`` serves 2026-07-28 requests through the SDK."""
+        super().__init__(plan, agents=agents, metrics=metrics, translating=translating, security=security)
+        self.spec = spec
+
+    @property
+    def limits(self) -> Limits:
+        """The relay's limits, with the server's own call timeout."""
+        settings = self.settings
+        timeout = self.spec.call_timeout or settings.call_timeout_seconds
+        return Limits(settings.max_message_bytes, timeout, settings.max_pending_requests)
+
+    @asynccontextmanager
+    async def running(self) -> AsyncIterator[None]:
+        """Serve until the context ends; calls in flight are answered when the guard stops."""
+        async with anyio.create_task_group() as tg:
+            self._tg = tg
+            tg.start_soon(self._expire)
+            tg.start_soon(self._on_stop)
+            await self.translating.start(tg)
+            try:
+                yield
+            finally:
+                tg.cancel_scope.cancel()
+
+    async def reconfigure(self, servers: Sequence[ServerSpec]) -> str | None:
+        """A config reload: the same server with other rules or headers applies to new sessions; else restart."""
+        spec = servers[0] if len(servers) == 1 else None
+        if not isinstance(spec, HttpServer) or (spec.name, spec.url, spec.transport) != (
+            self.spec.name,
+            self.spec.url,
+            self.spec.transport,
+        ):
+            return "this guard relays one HTTP server directly; serving other servers needs a restart"
+        self.spec = spec
+        return None
+
+    def new_session(self, token: str, *, kind: str = "session", judge: Judge | None = None) -> MuxedSession:
+        """A session opened with ``token``, and its own session at the server, opened now and ended with it."""
+        assert judge is None, "sessionless requests are not relayed here"
+        assert self._tg is not None, "the relay is not running"
+        session = self.sessions.new(token, None, kind=kind)
+        key = self.sessions.key(session)
+        loop = agent_loop(self.plan, self.agents.store, self.agents.health, key)
+        judge = judge_for(self.plan, loop, label=key, events=self.agents.events, observe=self.agents.observe)
+        pipe = Pipe(self.spec, session.send, judge, limits=self.limits, on_abort=partial(self._aborted, session))
+        session.pipe = pipe
+        connection = anyio.CancelScope()
+        session.on_retire = connection.cancel
+        self._tg.start_soon(self._connect, pipe, connection)
+        return session
+
+    async def _connect(self, pipe: Pipe, connection: anyio.CancelScope) -> None:
+        """The session's upstream channel, until the session ends (a streamable HTTP session is DELETEd then)."""
+        with connection:
+            await pipe.upstream.run()

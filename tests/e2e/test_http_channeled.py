@@ -1,0 +1,177 @@
+"""The HTTP guard in front of one remote server it does not share: each session over an upstream session of its own.
+
+A legacy SSE server behind the guard, which streamable HTTP clients reach: what a client sees
+through the guard is compared with what the SDK's own SSE client sees directly, in the same
+test. The rest checks what per-session upstream sessions take: a loop ends its own session
+and its upstream session, the other session goes on; a cut stream is resumed; an unreachable
+server is named. And legacy SSE clients in front of one streamable HTTP server, relayed the
+same way.
+"""
+
+from __future__ import annotations
+
+import json
+from contextlib import AbstractAsyncContextManager
+from pathlib import Path
+
+import anyio
+import psutil
+import pytest
+
+from tests.harness import ClientUser, Inbox, action, counted_calls, everything_facts, fixture_command, texts
+from tests.http_harness import (
+    EVERYTHING_BIN,
+    MCP_POST_HEADERS,
+    Rig,
+    ServerProcess,
+    free_port,
+    http_client,
+    http_get,
+    http_post,
+    initialize_body,
+    mcp_http_client,
+    open_http_session,
+    open_sse_session,
+    poll,
+    raw_session,
+    run_server,
+    tool_call_body,
+)
+
+pytestmark = [pytest.mark.e2e, pytest.mark.anyio]
+
+EVENTS_JSON = {"accept": "application/json, text/event-stream", "content-type": "application/json"}
+
+
+def _counting_sse(rig: Rig, log: Path) -> AbstractAsyncContextManager[ServerProcess]:
+    """The counting fixture over legacy SSE, each call it receives recorded in ``log``."""
+    return run_server(
+        lambda port: (fixture_command("counting_server", "--sse", str(port)), {"COUNTING_SERVER_LOG": str(log)}),
+        marker=rig.marker,
+        stderr=rig.log("counting-sse"),
+        accept=None,
+    )
+
+
+def _guard_in_front(
+    rig: Rig, url: str, *args: str, env: dict[str, str] | None = None
+) -> AbstractAsyncContextManager[ServerProcess]:
+    config = rig.config({"upstream": {"type": "sse" if url.endswith("/sse") else "http", "url": url}})
+    return rig.guard(["--config", str(config), *args], env=env)
+
+
+def _connections_to(guard: ServerProcess, server: ServerProcess) -> int:
+    """The guard's open TCP connections to the server's port."""
+    connections = psutil.Process(guard.process.pid).net_connections(kind="tcp")
+    return sum(1 for c in connections if c.raddr and c.raddr.port == server.port and c.status == "ESTABLISHED")
+
+
+async def test_a_client_sees_through_the_guard_what_it_sees_over_sse(rig: Rig) -> None:
+    """Tools, results, resources, prompts, progress and the server's sampling request, as over SSE directly."""
+    direct_user, guarded_user = ClientUser(), ClientUser()
+    async with run_server(
+        lambda port: ([str(EVERYTHING_BIN), "sse"], {"PORT": str(port)}),
+        marker=rig.marker,
+        stderr=rig.log("everything-sse"),
+        accept=None,
+    ) as everything:
+        url = everything.url("/sse")
+        async with open_sse_session(url, callbacks=direct_user.callbacks(Inbox())) as opened:
+            direct = await everything_facts(opened.session, direct_user)
+            direct_info = opened.initialize.server_info
+        async with (
+            _guard_in_front(rig, url) as guard,
+            open_http_session(guard.mcp_url, callbacks=guarded_user.callbacks(Inbox())) as opened,
+        ):
+            guarded = await everything_facts(opened.session, guarded_user)
+            guarded_info = opened.initialize.server_info
+    assert guarded == direct
+    assert direct["progress"] == [1, 2, 3]
+    assert direct["sampled"] == (False, 1)
+    assert guarded_info == direct_info
+
+
+async def test_a_loop_ends_its_own_session_and_its_upstream_session_only(rig: Rig, tmp_path: Path) -> None:
+    """Warned at 3, refused at 5, aborted at 7; the session's id then gets 404, its SSE session at the server ends."""
+    log = tmp_path / "calls.jsonl"
+    async with (
+        _counting_sse(rig, log) as counting,
+        _guard_in_front(rig, counting.url("/sse")) as guard,
+        open_http_session(guard.mcp_url) as looping,
+        open_http_session(guard.mcp_url) as bystander,
+    ):
+        with anyio.fail_after(30):
+            await bystander.session.call_tool("echo", {"text": "here"})
+            streams = _connections_to(guard, counting)
+            verdicts = [action(await looping.session.call_tool("constant", {})) for _ in range(7)]
+            after = await bystander.session.call_tool("constant", {})
+            left = await poll(lambda: anyio.to_thread.run_sync(_connections_to, guard, counting), lambda n: n < streams)
+        async with mcp_http_client() as http:
+            gone = await http.post(
+                guard.mcp_url,
+                json={"jsonrpc": "2.0", "id": 99, "method": "ping"},
+                headers={**EVENTS_JSON, "mcp-session-id": looping.session_id},
+            )
+    assert verdicts == [None, None, "warn", "warn", "block", "block", "abort"]
+    assert gone.status_code == 404, gone.text
+    assert action(after) is None
+    assert len(counted_calls(log, "constant")) == 5  # 4 of the looping session's, the bystander's 1
+    assert streams >= 2  # an event stream each
+    assert left < streams
+
+
+async def test_a_cut_call_stream_is_resumed_in_front_of_an_sse_server(rig: Rig, tmp_path: Path) -> None:
+    """The events a cut stream missed, the answer included, come on a GET with Last-Event-ID; the call ran once."""
+    log = tmp_path / "calls.jsonl"
+    async with _counting_sse(rig, log) as counting, _guard_in_front(rig, counting.url("/sse")) as guard:
+        session = await raw_session(guard.mcp_url)
+        body = tool_call_body("slow", {"seconds": 1.0}, request_id=5)
+        body["params"]["_meta"] = {"progressToken": "t"}
+        received = ""
+        async with http_client(timeout=10) as client:
+            headers = MCP_POST_HEADERS | session
+            async with client.stream("POST", guard.mcp_url, content=json.dumps(body), headers=headers) as response:
+                async for chunk in response.aiter_text():
+                    received += chunk
+                    if "notifications/progress" in received and received.endswith("\n\n"):
+                        break
+        last_id = [line[4:] for line in received.splitlines() if line.startswith("id: ")][-1]
+        resumed = await http_get(guard.mcp_url, session | {"Accept": "text/event-stream", "Last-Event-ID": last_id})
+    messages = [json.loads(line[6:]) for line in resumed.text.splitlines() if line.startswith("data: ") and line[6:]]
+    assert messages[-1]["id"] == 5
+    assert texts_of(messages[-1]) == ["slept 1.0 seconds"]
+    assert [m["params"]["progress"] for m in messages[:-1]] == list(range(2, 11))
+    assert len(counted_calls(log, "slow")) == 1
+
+
+def texts_of(message: dict[str, object]) -> list[str]:
+    result = message["result"]
+    assert isinstance(result, dict)
+    return [item["text"] for item in result["content"]]
+
+
+async def test_an_unreachable_sse_server_is_named_in_the_answer(rig: Rig) -> None:
+    """Nothing listens at the URL: the client's initialize gets an error that names the upstream, at once."""
+    url = f"http://127.0.0.1:{free_port()}/sse"
+    async with _guard_in_front(rig, url, "--call-timeout-seconds", "5") as guard:
+        with anyio.fail_after(20):
+            opened = await http_post(guard.mcp_url, initialize_body())
+    error = [json.loads(line[6:]) for line in opened.text.splitlines() if line.startswith("data: ") and line[6:]]
+    assert "'upstream' is unreachable" in error[-1]["error"]["message"], error
+
+
+async def test_legacy_sse_clients_are_relayed_to_a_streamable_http_server(rig: Rig, tmp_path: Path) -> None:
+    """``--transport sse`` in front of one streamable HTTP server: each connection its own server session, judged."""
+    log = tmp_path / "calls.jsonl"
+    async with (
+        rig.counting_http(log) as counting,
+        _guard_in_front(rig, counting.mcp_url, "--transport", "sse") as guard,
+        open_sse_session(guard.url("/sse")) as looping,
+        open_sse_session(guard.url("/sse")) as bystander,
+    ):
+        with anyio.fail_after(30):
+            echoed = await bystander.session.call_tool("echo", {"text": "through"})
+            verdicts = [action(await looping.session.call_tool("constant", {})) for _ in range(5)]
+    assert texts(echoed) == ["through"]
+    assert verdicts == [None, None, "warn", "warn", "block"]
+    assert len(counted_calls(log, "constant")) == 4
