@@ -11,7 +11,7 @@ same way.
 from __future__ import annotations
 
 import json
-from contextlib import AbstractAsyncContextManager
+from contextlib import AbstractAsyncContextManager, AsyncExitStack
 from pathlib import Path
 
 import anyio
@@ -175,3 +175,39 @@ async def test_legacy_sse_clients_are_relayed_to_a_streamable_http_server(rig: R
     assert texts(echoed) == ["through"]
     assert verdicts == [None, None, "warn", "warn", "block"]
     assert len(counted_calls(log, "constant")) == 4
+
+
+async def test_an_sse_server_restarted_on_its_port_is_given_the_clients_handshake_again(
+    rig: Rig, tmp_path: Path
+) -> None:
+    """The server's event stream ends with it; the session goes on with the new server, without a new initialize."""
+    port = free_port()
+    log = tmp_path / "calls.jsonl"
+
+    def counting(port_: int) -> tuple[list[str], dict[str, str]]:
+        return fixture_command("counting_server", "--sse", str(port_)), {"COUNTING_SERVER_LOG": str(log)}
+
+    def serve() -> AbstractAsyncContextManager[ServerProcess]:
+        stderr = rig.log("counting-sse")
+        return run_server(counting, marker=rig.marker, stderr=stderr, accept=None, port=port, attempts=1)
+
+    async with AsyncExitStack() as stack:
+        first_server = AsyncExitStack()
+        await first_server.enter_async_context(serve())
+        guard = await stack.enter_async_context(_guard_in_front(rig, f"http://127.0.0.1:{port}/sse"))
+        opened = await stack.enter_async_context(open_http_session(guard.mcp_url))
+        with anyio.fail_after(20):
+            before = await opened.session.call_tool("echo", {"text": "before"})
+        await first_server.aclose()
+        await stack.enter_async_context(serve())
+
+        async def echo() -> list[str]:
+            return texts(await opened.session.call_tool("echo", {"text": "after"}))
+
+        with anyio.fail_after(40):
+            after = await echo()
+            while after != ["after"]:  # the guard opens the stream again after a backoff delay
+                await anyio.sleep(0.3)
+                after = await echo()
+    assert texts(before) == ["before"]
+    assert [call["arguments"]["text"] for call in counted_calls(log, "echo")][-1] == "after"
