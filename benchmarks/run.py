@@ -252,30 +252,24 @@ async def _http(run: Run, task: TaskID) -> None:
     size = run.size
     case = f"echo, {size.http_sessions} sessions"
     everything_http, everything_stdio = everything_command("streamableHttp"), everything_command()
-    if everything_http is None or everything_stdio is None:
+    everything_sse = everything_command("sse")
+    if everything_http is None or everything_stdio is None or everything_sse is None:
         run.skip("http", case, DIRECT, EVERYTHING_MISSING)
         return
     async with AsyncExitStack() as stack:
         port = free_port()
         upstream = f"http://127.0.0.1:{port}/mcp"
         server = await stack.enter_async_context(background_server(everything_http, port, run.log, {"PORT": str(port)}))
+        sse_port = free_port()
+        await stack.enter_async_context(background_server(everything_sse, sse_port, run.log, {"PORT": str(sse_port)}))
+        sse_upstream = f"http://127.0.0.1:{sse_port}/sse"
         targets = [http_load.HttpTarget(DIRECT, upstream, server, "server-everything streamableHttp")]
         for build in run.builds:
             reason = guard_http_support(build)
             if reason is not None:
                 run.skip("http", case, build.label, reason)
                 continue
-            guard_port = free_port()
-            command = build.http_command(guard_port, upstream)
-            guard = await stack.enter_async_context(background_server(command, guard_port, run.log, build.env))
-            url = f"http://127.0.0.1:{guard_port}/mcp"
-            targets.append(http_load.HttpTarget(build.label, url, guard, "HTTP to HTTP"))
-            guard_port = free_port()
-            command = build.http_stdio_command(guard_port, everything_stdio)
-            guard = await stack.enter_async_context(background_server(command, guard_port, run.log, build.env))
-            url = f"http://127.0.0.1:{guard_port}/mcp"
-            note = "HTTP to stdio: one server-everything process shared by all sessions"
-            targets.append(http_load.HttpTarget(f"{build.label} · stdio", url, guard, note))
+            targets += await _guard_targets(stack, run, build, (upstream, everything_stdio, sse_upstream))
         if (reason := run.peer_skips[FASTMCP]) is not None:
             run.skip("http", case, FASTMCP, reason)
         else:
@@ -296,6 +290,24 @@ async def _http(run: Run, task: TaskID) -> None:
         run.rows += await http_load.measure(
             targets, size.http_sessions, size.http_calls, size.http_rounds, run.advancer(task)
         )
+
+
+async def _guard_targets(
+    stack: AsyncExitStack, run: Run, build: GuardBuild, upstreams: tuple[str, Sequence[str], str]
+) -> list[http_load.HttpTarget]:
+    """One build's guards: in front of the HTTP server, of one shared stdio server, and of the SSE server."""
+    upstream, stdio, sse_upstream = upstreams
+    ports = [free_port() for _ in range(3)]
+    guards = [
+        ("", build.http_command(ports[0], upstream), "HTTP to HTTP"),
+        (" · stdio", build.http_stdio_command(ports[1], stdio), "HTTP to stdio: one server-everything process shared"),
+        (" · sse", build.http_command(ports[2], sse_upstream), "HTTP to legacy SSE: server-everything, a session each"),
+    ]
+    targets = []
+    for port, (suffix, command, note) in zip(ports, guards, strict=True):
+        guard = await stack.enter_async_context(background_server(command, port, run.log, build.env))
+        targets.append(http_load.HttpTarget(f"{build.label}{suffix}", f"http://127.0.0.1:{port}/mcp", guard, note))
+    return targets
 
 
 async def _startup(run: Run, task: TaskID) -> None:
