@@ -419,6 +419,28 @@ async def http_post(url: str, body: object, headers: Mapping[str, str] | None = 
         return await client.post(url, content=json.dumps(body), headers=MCP_POST_HEADERS | dict(headers or {}))
 
 
+async def ping_in_session(url: str, session_id: str) -> httpx2.Response:
+    """A ping in a session: 404 once the session has ended."""
+    headers = {**MCP_POST_HEADERS, SESSION_HEADER: session_id}
+    return await http_post(url, {"jsonrpc": "2.0", "id": 99, "method": "ping"}, headers)
+
+
+async def post_cut_after(
+    url: str, body: Mapping[str, Any], headers: Mapping[str, str], enough: Callable[[str], bool]
+) -> str:
+    """POST a request and read its event stream until ``enough(text)`` holds at an event's end; then drop it."""
+    received = ""
+    async with http_client(timeout=10) as client:
+        headers = MCP_POST_HEADERS | dict(headers)
+        async with client.stream("POST", url, content=json.dumps(body), headers=headers) as response:
+            assert response.headers["content-type"].startswith("text/event-stream"), response.headers
+            async for chunk in response.aiter_text():
+                received += chunk
+                if received.endswith("\n\n") and enough(received):
+                    break
+    return received
+
+
 def jsonrpc_payloads(response: httpx2.Response) -> list[dict[str, Any]]:
     """The JSON-RPC messages in a response, whether sent as JSON or as server-sent events."""
     if response.headers.get("content-type", "").startswith("text/event-stream"):

@@ -100,6 +100,14 @@ class HttpServer:
     call_timeout: float | None = None
     """Seconds a request may go without an answer or progress (``callTimeoutSeconds``); None: the global one."""
 
+    def same_endpoint(self, other: object) -> bool:
+        """Whether ``other`` is this server at the same URL over the same transport (a reload may keep its sessions)."""
+        return isinstance(other, HttpServer) and (other.name, other.url, other.transport) == (
+            self.name,
+            self.url,
+            self.transport,
+        )
+
     def __repr__(self) -> str:
         """Everything but header values and the URL's password and query values."""
         return (

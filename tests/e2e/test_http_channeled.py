@@ -21,26 +21,23 @@ import pytest
 from tests.harness import ClientUser, Inbox, action, counted_calls, everything_facts, fixture_command, texts
 from tests.http_harness import (
     EVERYTHING_BIN,
-    MCP_POST_HEADERS,
     Rig,
     ServerProcess,
     free_port,
-    http_client,
     http_get,
     http_post,
     initialize_body,
-    mcp_http_client,
     open_http_session,
     open_sse_session,
+    ping_in_session,
     poll,
+    post_cut_after,
     raw_session,
     run_server,
     tool_call_body,
 )
 
 pytestmark = [pytest.mark.e2e, pytest.mark.anyio]
-
-EVENTS_JSON = {"accept": "application/json, text/event-stream", "content-type": "application/json"}
 
 
 def _counting_sse(rig: Rig, log: Path) -> AbstractAsyncContextManager[ServerProcess]:
@@ -106,12 +103,7 @@ async def test_a_loop_ends_its_own_session_and_its_upstream_session_only(rig: Ri
             verdicts = [action(await looping.session.call_tool("constant", {})) for _ in range(7)]
             after = await bystander.session.call_tool("constant", {})
             left = await poll(lambda: anyio.to_thread.run_sync(_connections_to, guard, counting), lambda n: n < streams)
-        async with mcp_http_client() as http:
-            gone = await http.post(
-                guard.mcp_url,
-                json={"jsonrpc": "2.0", "id": 99, "method": "ping"},
-                headers={**EVENTS_JSON, "mcp-session-id": looping.session_id},
-            )
+        gone = await ping_in_session(guard.mcp_url, looping.session_id)
     assert verdicts == [None, None, "warn", "warn", "block", "block", "abort"]
     assert gone.status_code == 404, gone.text
     assert action(after) is None
@@ -127,14 +119,7 @@ async def test_a_cut_call_stream_is_resumed_in_front_of_an_sse_server(rig: Rig, 
         session = await raw_session(guard.mcp_url)
         body = tool_call_body("slow", {"seconds": 1.0}, request_id=5)
         body["params"]["_meta"] = {"progressToken": "t"}
-        received = ""
-        async with http_client(timeout=10) as client:
-            headers = MCP_POST_HEADERS | session
-            async with client.stream("POST", guard.mcp_url, content=json.dumps(body), headers=headers) as response:
-                async for chunk in response.aiter_text():
-                    received += chunk
-                    if "notifications/progress" in received and received.endswith("\n\n"):
-                        break
+        received = await post_cut_after(guard.mcp_url, body, session, lambda text: "notifications/progress" in text)
         last_id = [line[4:] for line in received.splitlines() if line.startswith("id: ")][-1]
         resumed = await http_get(guard.mcp_url, session | {"Accept": "text/event-stream", "Last-Event-ID": last_id})
     messages = [json.loads(line[6:]) for line in resumed.text.splitlines() if line.startswith("data: ") and line[6:]]

@@ -45,6 +45,7 @@ from tests.http_harness import (
     mcp_http_client,
     open_http_session,
     open_sse_session,
+    ping_in_session,
     poll,
 )
 
@@ -150,12 +151,7 @@ async def test_a_loop_ends_its_own_session_only(rig: Rig, tmp_path: Path) -> Non
         with anyio.fail_after(30):
             verdicts = [action(await looping.session.call_tool("constant", {})) for _ in range(7)]
             after = await bystander.session.call_tool("constant", {})
-        async with mcp_http_client() as http:
-            gone = await http.post(
-                guard.mcp_url,
-                json={"jsonrpc": "2.0", "id": 99, "method": "ping"},
-                headers={**EVENTS_JSON, "mcp-session-id": looping.session_id},
-            )
+        gone = await ping_in_session(guard.mcp_url, looping.session_id)
     assert verdicts == [None, None, "warn", "warn", "block", "block", "abort"]
     assert gone.status_code == 404, gone.text
     assert action(after) is None

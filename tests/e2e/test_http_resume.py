@@ -30,6 +30,7 @@ from tests.http_harness import (
     http_client,
     http_get,
     open_http_session,
+    post_cut_after,
     raw_session,
     tool_call_body,
 )
@@ -56,15 +57,10 @@ async def test_a_client_cut_mid_call_resumes_its_stream_and_gets_the_answer_of_t
         session = await raw_session(guard.mcp_url)
         body = tool_call_body("slow", {"seconds": 1.2}, request_id=7)
         body["params"]["_meta"] = {"progressToken": "p"}
-        received = ""
-        async with http_client(timeout=10) as client:
-            headers = MCP_POST_HEADERS | session
-            async with client.stream("POST", guard.mcp_url, content=json.dumps(body), headers=headers) as response:
-                assert response.headers["content-type"].startswith("text/event-stream")
-                async for chunk in response.aiter_text():
-                    received += chunk
-                    if received.count("notifications/progress") >= 2 and received.endswith("\n\n"):
-                        break  # the connection is dropped here, the call still running
+        # the connection is dropped after the second progress event, the call still running
+        received = await post_cut_after(
+            guard.mcp_url, body, session, lambda text: text.count("notifications/progress") >= 2
+        )
         first = _events(received)
         priming_id, priming_data = first[0]  # a priming event: the client can resume even before the first message
         assert priming_id is not None

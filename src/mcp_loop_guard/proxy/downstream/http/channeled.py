@@ -11,9 +11,7 @@ What the client sees is what the server says, in the era the two agree on.
 
 from __future__ import annotations
 
-import logging
-from collections.abc import AsyncIterator, Sequence
-from contextlib import asynccontextmanager
+from collections.abc import Sequence
 from functools import partial
 
 import anyio
@@ -21,7 +19,7 @@ from mcp.server.transport_security import TransportSecuritySettings
 
 from mcp_loop_guard.config import HttpServer, ServerSpec
 from mcp_loop_guard.metrics import Metrics
-from mcp_loop_guard.plan import Limits, Plan
+from mcp_loop_guard.plan import Plan
 from mcp_loop_guard.proxy.downstream.agents import agent_loop, judge_for
 from mcp_loop_guard.proxy.downstream.http.agents import Agents
 from mcp_loop_guard.proxy.downstream.http.muxed_sessions import MuxedSession
@@ -31,8 +29,6 @@ from mcp_loop_guard.proxy.relay.judge import Judge
 from mcp_loop_guard.proxy.relay.pipe import Pipe
 
 __all__ = ["ChanneledRelay"]
-
-logger = logging.getLogger(__name__)
 
 
 class ChanneledRelay(SessionRelay):
@@ -53,33 +49,14 @@ class ChanneledRelay(SessionRelay):
         self.spec = spec
 
     @property
-    def limits(self) -> Limits:
-        """The relay's limits, with the server's own call timeout."""
-        settings = self.settings
-        timeout = self.spec.call_timeout or settings.call_timeout_seconds
-        return Limits(settings.max_message_bytes, timeout, settings.max_pending_requests)
-
-    @asynccontextmanager
-    async def running(self) -> AsyncIterator[None]:
-        """Serve until the context ends; calls in flight are answered when the guard stops."""
-        async with anyio.create_task_group() as tg:
-            self._tg = tg
-            tg.start_soon(self._expire)
-            tg.start_soon(self._on_stop)
-            await self.translating.start(tg)
-            try:
-                yield
-            finally:
-                tg.cancel_scope.cancel()
+    def server(self) -> ServerSpec:
+        """The one remote server."""
+        return self.spec
 
     async def reconfigure(self, servers: Sequence[ServerSpec]) -> str | None:
         """A config reload: the same server with other rules or headers applies to new sessions; else restart."""
         spec = servers[0] if len(servers) == 1 else None
-        if not isinstance(spec, HttpServer) or (spec.name, spec.url, spec.transport) != (
-            self.spec.name,
-            self.spec.url,
-            self.spec.transport,
-        ):
+        if not isinstance(spec, HttpServer) or not self.spec.same_endpoint(spec):
             return "this guard relays one HTTP server directly; serving other servers needs a restart"
         self.spec = spec
         return None

@@ -12,18 +12,15 @@ relay too (:mod:`.muxed_sse`).
 
 from __future__ import annotations
 
-import logging
-from collections.abc import AsyncIterator, Sequence
-from contextlib import asynccontextmanager
+from collections.abc import Sequence
 from functools import partial
 from typing import Any
 
-import anyio
 from mcp.server.transport_security import TransportSecuritySettings
 
 from mcp_loop_guard.config import ServerSpec, StdioServer
 from mcp_loop_guard.metrics import Metrics
-from mcp_loop_guard.plan import Limits, Plan
+from mcp_loop_guard.plan import Plan
 from mcp_loop_guard.proxy.downstream.agents import agent_loop, judge_for
 from mcp_loop_guard.proxy.downstream.http.agents import Agents
 from mcp_loop_guard.proxy.downstream.http.muxed_sessions import MuxedSession
@@ -41,8 +38,6 @@ from mcp_loop_guard.proxy.wire.lines import Oversized
 from mcp_loop_guard.proxy.wire.messages import BadLine, Message
 
 __all__ = ["MuxedRelay"]
-
-logger = logging.getLogger(__name__)
 
 
 class MuxedRelay(SessionRelay):
@@ -71,27 +66,12 @@ class MuxedRelay(SessionRelay):
         return self.factory.slots[0]
 
     @property
-    def limits(self) -> Limits:
-        """The relay's limits, with the server's own call timeout."""
-        settings = self.settings
-        timeout = self.slot.spec.call_timeout or settings.call_timeout_seconds
-        return Limits(settings.max_message_bytes, timeout, settings.max_pending_requests)
+    def server(self) -> ServerSpec:
+        """The one stdio server."""
+        return self.slot.spec
 
-    # --- life --------------------------------------------------------------------------------
-
-    @asynccontextmanager
-    async def running(self) -> AsyncIterator[None]:
-        """Serve until the context ends; calls in flight are answered when the guard stops."""
-        async with anyio.create_task_group() as tg:
-            self._tg = tg
-            self._watch(self.slot)
-            tg.start_soon(self._expire)
-            tg.start_soon(self._on_stop)
-            await self.translating.start(tg)
-            try:
-                yield
-            finally:
-                tg.cancel_scope.cancel()
+    def _started(self) -> None:
+        self._watch(self.slot)
 
     def _watch(self, slot: Slot) -> None:
         """Attach the sessions to each new child of ``slot``, telling them when its tools changed."""

@@ -123,11 +123,7 @@ class HttpRelay:
     async def reconfigure(self, servers: Sequence[ServerSpec]) -> str | None:
         """A config reload: the same server with other rules or headers applies at once; another needs a restart."""
         spec = servers[0] if len(servers) == 1 else None
-        if not isinstance(spec, HttpServer) or (spec.name, spec.url, spec.transport) != (
-            self.spec.name,
-            self.spec.url,
-            self.spec.transport,
-        ):
+        if not isinstance(spec, HttpServer) or not self.spec.same_endpoint(spec):
             return "this guard relays one HTTP server directly; serving other servers needs a restart"
         if spec.headers != self.spec.headers:
             self.upstream.use_headers(spec.headers)

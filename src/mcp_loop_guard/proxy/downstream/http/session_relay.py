@@ -13,7 +13,8 @@ legacy SSE connections are sessions of the same relay (:mod:`.muxed_sse`).
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager
 
 import anyio
 import anyio.abc
@@ -21,6 +22,7 @@ from mcp.server.transport_security import TransportSecuritySettings
 from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS
 from starlette.types import Receive, Scope, Send
 
+from mcp_loop_guard.config import ServerSpec
 from mcp_loop_guard.metrics import Metrics
 from mcp_loop_guard.plan import Limits, Plan
 from mcp_loop_guard.proxy.downstream.http.admin import LiveAgent
@@ -77,9 +79,33 @@ class SessionRelay:
         self._tg: anyio.abc.TaskGroup | None = None
 
     @property
-    def limits(self) -> Limits:
-        """The relay's limits."""
+    def server(self) -> ServerSpec:
+        """The one upstream (a config reload may replace it)."""
         raise NotImplementedError
+
+    @property
+    def limits(self) -> Limits:
+        """The relay's limits, with the server's own call timeout."""
+        settings = self.settings
+        timeout = self.server.call_timeout or settings.call_timeout_seconds
+        return Limits(settings.max_message_bytes, timeout, settings.max_pending_requests)
+
+    @asynccontextmanager
+    async def running(self) -> AsyncIterator[None]:
+        """Serve until the context ends; calls in flight are answered when the guard stops."""
+        async with anyio.create_task_group() as tg:
+            self._tg = tg
+            self._started()
+            tg.start_soon(self._expire)
+            tg.start_soon(self._on_stop)
+            await self.translating.start(tg)
+            try:
+                yield
+            finally:
+                tg.cancel_scope.cancel()
+
+    def _started(self) -> None:
+        """Hook: the relay's task group is there."""
 
     def new_session(self, token: str, *, kind: str = "session", judge: Judge | None = None) -> MuxedSession:
         """A session opened with ``token``, with its relay (not kept, given a sessionless request's ``judge``)."""
