@@ -196,3 +196,21 @@ async def test_an_sse_server_restarted_on_its_port_is_given_the_clients_handshak
                 after = await echo()
     assert texts(before) == ["before"]
     assert [call["arguments"]["text"] for call in counted_calls(log, "echo")][-1] == "after"
+
+
+async def test_a_legacy_sse_client_sees_through_the_guard_what_it_sees_over_streamable_http(rig: Rig) -> None:
+    """``--transport sse`` in front of server-everything's streamable HTTP mode, against its own client directly."""
+    direct_user, guarded_user = ClientUser(), ClientUser()
+    async with rig.everything_http() as everything:
+        async with open_http_session(everything.mcp_url, callbacks=direct_user.callbacks(Inbox())) as opened:
+            direct = await everything_facts(opened.session, direct_user)
+            direct_info = opened.initialize.server_info
+        async with (
+            _guard_in_front(rig, everything.mcp_url, "--transport", "sse") as guard,
+            open_sse_session(guard.url("/sse"), callbacks=guarded_user.callbacks(Inbox())) as opened,
+        ):
+            guarded = await everything_facts(opened.session, guarded_user)
+            guarded_info = opened.initialize.server_info
+    assert guarded == direct
+    assert direct["sampled"] == (False, 1)
+    assert guarded_info == direct_info
