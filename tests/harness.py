@@ -282,6 +282,13 @@ class ClientUser:
         )
 
 
+async def echo_once_back(session: ClientSession, text: str, within: float = 40) -> None:
+    """Call ``echo`` until it answers ``text``: the upstream is back (the guard reconnects after a backoff delay)."""
+    with anyio.fail_after(within):
+        while texts(await session.call_tool("echo", {"text": text})) != [text]:  # noqa: ASYNC110 - asking is the only way to know
+            await anyio.sleep(0.3)
+
+
 async def everything_facts(session: ClientSession, user: ClientUser) -> dict[str, Any]:
     """What a client learns from server-everything: tools, results, resources, prompts, progress, sampling."""
     progress: list[float] = []

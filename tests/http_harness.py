@@ -634,6 +634,20 @@ class Rig:
             accept=lambda status: True,
         )
 
+    def counting_sse(self, log: Path, port: int | None = None) -> AbstractAsyncContextManager[ServerProcess]:
+        """The counting fixture over legacy SSE (``/sse``), on ``port`` if given (a restart on the same port).
+
+        Ready once its port takes connections: a ``GET /sse`` would open a session.
+        """
+        return run_server(
+            lambda port_: (fixture_command("counting_server", "--sse", str(port_)), {"COUNTING_SERVER_LOG": str(log)}),
+            marker=self.marker,
+            stderr=self.log("counting-sse"),
+            accept=None,
+            port=port,
+            attempts=1 if port else 3,
+        )
+
     def listen_http(self, *args: str) -> AbstractAsyncContextManager[ServerProcess]:
         """The listen fixture (an SDK 2.x server of both eras) over streamable HTTP; ``args``: e.g. ``--resumable``."""
         return run_server(

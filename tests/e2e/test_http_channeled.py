@@ -18,7 +18,15 @@ import anyio
 import psutil
 import pytest
 
-from tests.harness import ClientUser, Inbox, action, counted_calls, everything_facts, fixture_command, texts
+from tests.harness import (
+    ClientUser,
+    Inbox,
+    action,
+    counted_calls,
+    echo_once_back,
+    everything_facts,
+    texts,
+)
 from tests.http_harness import (
     EVERYTHING_BIN,
     Rig,
@@ -38,16 +46,6 @@ from tests.http_harness import (
 )
 
 pytestmark = [pytest.mark.e2e, pytest.mark.anyio]
-
-
-def _counting_sse(rig: Rig, log: Path) -> AbstractAsyncContextManager[ServerProcess]:
-    """The counting fixture over legacy SSE, each call it receives recorded in ``log``."""
-    return run_server(
-        lambda port: (fixture_command("counting_server", "--sse", str(port)), {"COUNTING_SERVER_LOG": str(log)}),
-        marker=rig.marker,
-        stderr=rig.log("counting-sse"),
-        accept=None,
-    )
 
 
 def _guard_in_front(
@@ -92,7 +90,7 @@ async def test_a_loop_ends_its_own_session_and_its_upstream_session_only(rig: Ri
     """Warned at 3, refused at 5, aborted at 7; the session's id then gets 404, its SSE session at the server ends."""
     log = tmp_path / "calls.jsonl"
     async with (
-        _counting_sse(rig, log) as counting,
+        rig.counting_sse(log) as counting,
         _guard_in_front(rig, counting.url("/sse")) as guard,
         open_http_session(guard.mcp_url) as looping,
         open_http_session(guard.mcp_url) as bystander,
@@ -115,7 +113,7 @@ async def test_a_loop_ends_its_own_session_and_its_upstream_session_only(rig: Ri
 async def test_a_cut_call_stream_is_resumed_in_front_of_an_sse_server(rig: Rig, tmp_path: Path) -> None:
     """The events a cut stream missed, the answer included, come on a GET with Last-Event-ID; the call ran once."""
     log = tmp_path / "calls.jsonl"
-    async with _counting_sse(rig, log) as counting, _guard_in_front(rig, counting.url("/sse")) as guard:
+    async with rig.counting_sse(log) as counting, _guard_in_front(rig, counting.url("/sse")) as guard:
         session = await raw_session(guard.mcp_url)
         body = tool_call_body("slow", {"seconds": 1.0}, request_id=5)
         body["params"]["_meta"] = {"progressToken": "t"}
@@ -168,32 +166,17 @@ async def test_an_sse_server_restarted_on_its_port_is_given_the_clients_handshak
     """The server's event stream ends with it; the session goes on with the new server, without a new initialize."""
     port = free_port()
     log = tmp_path / "calls.jsonl"
-
-    def counting(port_: int) -> tuple[list[str], dict[str, str]]:
-        return fixture_command("counting_server", "--sse", str(port_)), {"COUNTING_SERVER_LOG": str(log)}
-
-    def serve() -> AbstractAsyncContextManager[ServerProcess]:
-        stderr = rig.log("counting-sse")
-        return run_server(counting, marker=rig.marker, stderr=stderr, accept=None, port=port, attempts=1)
-
     async with AsyncExitStack() as stack:
         first_server = AsyncExitStack()
-        await first_server.enter_async_context(serve())
+        await first_server.enter_async_context(rig.counting_sse(log, port))
         guard = await stack.enter_async_context(_guard_in_front(rig, f"http://127.0.0.1:{port}/sse"))
         opened = await stack.enter_async_context(open_http_session(guard.mcp_url))
         with anyio.fail_after(20):
             before = await opened.session.call_tool("echo", {"text": "before"})
         await first_server.aclose()
-        await stack.enter_async_context(serve())
+        await stack.enter_async_context(rig.counting_sse(log, port))
 
-        async def echo() -> list[str]:
-            return texts(await opened.session.call_tool("echo", {"text": "after"}))
-
-        with anyio.fail_after(40):
-            after = await echo()
-            while after != ["after"]:  # the guard opens the stream again after a backoff delay
-                await anyio.sleep(0.3)
-                after = await echo()
+        await echo_once_back(opened.session, "after")
     assert texts(before) == ["before"]
     assert [call["arguments"]["text"] for call in counted_calls(log, "echo")][-1] == "after"
 

@@ -22,9 +22,9 @@ from tests.harness import (
     Connector,
     Inbox,
     counted_calls,
+    echo_once_back,
     everything_facts,
     facts_through_guard,
-    fixture_command,
     guard_command,
     looped_until_aborted,
     server_environment,
@@ -41,14 +41,9 @@ def _everything(port: int) -> tuple[list[str], dict[str, str]]:
     return [str(EVERYTHING_BIN), "sse"], {"PORT": str(port)}
 
 
-def _counting(log: Path) -> Launch:
-    return lambda port: (fixture_command("counting_server", "--sse", str(port)), {"COUNTING_SERVER_LOG": str(log)})
-
-
-def _serve(rig: Rig, launch: Launch, label: str, port: int | None = None) -> AbstractAsyncContextManager[ServerProcess]:
+def _serve(rig: Rig, launch: Launch, label: str) -> AbstractAsyncContextManager[ServerProcess]:
     """A legacy SSE server, ready once its port takes connections (``GET /sse`` would open a session)."""
-    attempts = 1 if port else 3
-    return run_server(launch, marker=rig.marker, stderr=rig.log(label), accept=None, port=port, attempts=attempts)
+    return run_server(launch, marker=rig.marker, stderr=rig.log(label), accept=None)
 
 
 async def test_a_client_sees_through_the_guard_what_it_sees_over_sse(rig: Rig, connect: Connector) -> None:
@@ -69,7 +64,7 @@ async def test_a_client_sees_through_the_guard_what_it_sees_over_sse(rig: Rig, c
 async def test_a_loop_is_warned_refused_and_aborted(rig: Rig, connect: Connector, tmp_path: Path) -> None:
     """Identical calls: warned at 3, refused from 5 without reaching the server, the session ended after 3 refusals."""
     log = tmp_path / "calls.jsonl"
-    async with _serve(rig, _counting(log), "counting-sse") as counting:
+    async with rig.counting_sse(log) as counting:
         actions = await looped_until_aborted(connect, ["--upstream", counting.url("/sse")])
     assert actions == [None, None, "warn", "warn", "block", "block", "abort"]
     assert len(counted_calls(log, "constant")) == 4
@@ -84,21 +79,14 @@ async def test_a_server_restarted_on_its_port_is_given_the_handshake_again(
     url = f"http://127.0.0.1:{port}/sse"
     async with AsyncExitStack() as stack:
         first_server = AsyncExitStack()
-        await first_server.enter_async_context(_serve(rig, _counting(log), "counting-sse", port))
+        await first_server.enter_async_context(rig.counting_sse(log, port))
         guard = await stack.enter_async_context(connect.guard_process([], guard_args=["--upstream", url]))
         with anyio.fail_after(20):
             first = await guard.session.call_tool("echo", {"text": "before"})
         await first_server.aclose()
-        await stack.enter_async_context(_serve(rig, _counting(log), "counting-sse", port))
+        await stack.enter_async_context(rig.counting_sse(log, port))
 
-        async def echo() -> list[str]:
-            return texts(await guard.session.call_tool("echo", {"text": "after"}))
-
-        with anyio.fail_after(40):
-            second = await echo()
-            while second != ["after"]:  # the guard opens the stream again after a backoff delay
-                await anyio.sleep(0.3)
-                second = await echo()
+        await echo_once_back(guard.session, "after")
         stderr = guard.connection.stderr_text()
     assert texts(first) == ["before"]
     assert "reopened the session" in stderr
