@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from contextlib import asynccontextmanager, suppress
 from pathlib import Path
 
 import anyio
@@ -99,16 +99,18 @@ async def _cutting_relay(port: int, marker: bytes) -> AsyncIterator[tuple[int, l
         async with client, await anyio.connect_tcp(LOCALHOST, port) as server, anyio.create_task_group() as tg:
 
             async def upward() -> None:
-                async for chunk in client:
-                    await server.send(chunk)
+                with suppress(anyio.BrokenResourceError, anyio.ClosedResourceError):  # the client reset it
+                    async for chunk in client:
+                        await server.send(chunk)
                 tg.cancel_scope.cancel()
 
             async def downward() -> None:
-                async for chunk in server:
-                    await client.send(chunk)
-                    if not cuts and marker in chunk:
-                        cuts.append(len(chunk))
-                        break
+                with suppress(anyio.BrokenResourceError, anyio.ClosedResourceError):
+                    async for chunk in server:
+                        await client.send(chunk)
+                        if not cuts and marker in chunk:
+                            cuts.append(len(chunk))
+                            break
                 tg.cancel_scope.cancel()
 
             tg.start_soon(upward)
