@@ -624,14 +624,27 @@ class Rig:
         """server-everything in its own streamable HTTP mode."""
         return serve_everything_http(marker=self.marker, stderr=self.log("everything-http"))
 
-    def counting_http(self, log: Path) -> AbstractAsyncContextManager[ServerProcess]:
-        """The counting fixture over streamable HTTP, recording each tools/call it receives in ``log``."""
+    def counting_http(
+        self, log: Path, *args: str, port: int | None = None
+    ) -> AbstractAsyncContextManager[ServerProcess]:
+        """The counting fixture over streamable HTTP, recording each tools/call it receives in ``log``.
+
+        ``args``: e.g. ``--stateless``, a server that opens no sessions (ready once its port takes
+        connections: its ``GET /mcp`` would open an event stream that never ends). ``port``: a
+        fixed port (a server started where the guard expects one).
+        """
+        stateless = "--stateless" in args
         return run_server(
-            lambda port: (fixture_command("counting_server", "--http", str(port)), {"COUNTING_SERVER_LOG": str(log)}),
+            lambda port_: (
+                fixture_command("counting_server", "--http", str(port_), *args),
+                {"COUNTING_SERVER_LOG": str(log)},
+            ),
             marker=self.marker,
             stderr=self.log("counting-http"),
             ready_path="/mcp",
-            accept=lambda status: True,
+            accept=None if stateless else lambda status: True,
+            port=port,
+            attempts=1 if port else 3,
         )
 
     def counting_sse(self, log: Path, port: int | None = None) -> AbstractAsyncContextManager[ServerProcess]:

@@ -88,12 +88,13 @@ class Front(Protocol):
 def relayed_upstream(plan: Plan) -> HttpServer | None:
     """The one streamable HTTP server an HTTP guard relays request by request, when that is all it serves.
 
-    Not with ``--stateless``: a stateless guard answers requests that open no session, which a
-    stateful server refuses, so it keeps a connection of its own to the server (the SDK path).
+    With ``--stateless`` too: requests that open no session are relayed as they are when the
+    server opens none either; a server that gives each client a session refuses them, so the
+    relay hands them to the SDK path, which keeps a session of its own at the server.
     """
     servers = plan.config.servers
     settings = plan.settings
-    if settings.transport != "http" or settings.stateless or len(servers) != 1:
+    if settings.transport != "http" or len(servers) != 1:
         return None
     spec = servers[0]
     return spec if isinstance(spec, HttpServer) and spec.transport == "http" else None

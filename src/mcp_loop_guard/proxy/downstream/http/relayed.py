@@ -9,9 +9,10 @@ goes (a refusal is answered here and never reaches the server) and its answer ju
 it comes back (passed on as its own bytes unless a warning is appended).
 
 Loop state is kept per upstream session (the ``Mcp-Session-Id`` the server gave, bound to the
-token that opened it) or, for requests without one (2026-07-28), per key as for sessionless
-requests. An aborted session's refusal goes out, then the session ends: its id answers 404,
-its open streams close, and the server is told to end it too.
+token that opened it) or, for requests without one (2026-07-28, or ``--stateless`` in front of
+a server that opens no sessions), per key as for sessionless requests. An aborted session's
+refusal goes out, then the session ends: its id answers 404, its open streams close, and
+the server is told to end it too.
 """
 
 from __future__ import annotations
@@ -34,7 +35,14 @@ from mcp_loop_guard.proxy.downstream.http.agents import Agents, KeyedAgent
 from mcp_loop_guard.proxy.downstream.http.exchanges import Exchange
 from mcp_loop_guard.proxy.downstream.http.middleware import header, reply, token_of
 from mcp_loop_guard.proxy.downstream.http.relayed_sessions import RelayedSession, RelayedSessions
-from mcp_loop_guard.proxy.downstream.http.replies import is_modern, json_reply, read_body, relay_plain, speaks_modern
+from mcp_loop_guard.proxy.downstream.http.replies import (
+    is_modern,
+    json_reply,
+    opens_sessions,
+    read_body,
+    relay_plain,
+    speaks_modern,
+)
 from mcp_loop_guard.proxy.downstream.http.sessionless import Sessionless
 from mcp_loop_guard.proxy.relay.judge import Judge
 from mcp_loop_guard.proxy.relay.session_server import STOPPING
@@ -48,7 +56,9 @@ logger = logging.getLogger(__name__)
 SESSION = b"mcp-session-id"
 VERSION = b"mcp-protocol-version"
 MODERN_PROBE_TIMEOUT = 10.0
-"""Seconds the server may take to say whether it speaks 2026-07-28."""
+"""Seconds the server may take to say whether it speaks 2026-07-28, or whether it opens sessions."""
+ASK_AGAIN_SECONDS = 5.0
+"""After a server could not say whether it opens sessions, how long until it is asked again (the SDK path meanwhile)."""
 
 
 class HttpRelay:
@@ -75,6 +85,10 @@ class HttpRelay:
         """Whether the server answers 2026-07-28 requests itself; None until it could be asked."""
         self.server_info: object = None
         """The upstream's 2026-07-28 ``serverInfo``, stamped on the results the guard writes in that era."""
+        self.opens_sessions: bool | None = None
+        """With ``--stateless``: whether the server gives its clients sessions; None until it could be asked."""
+        self._sessions_asked = -ASK_AGAIN_SECONDS
+        self._asking = anyio.Lock()
         self._tg: anyio.abc.TaskGroup | None = None
 
     # --- life --------------------------------------------------------------------------------
@@ -120,6 +134,30 @@ class HttpRelay:
             )
         return self.modern
 
+    async def _relays_stateless(self) -> bool:
+        """With ``--stateless``: whether handshake-era requests (they carry no session) can go to the server as is.
+
+        Only a server that opens no sessions takes them (a stateless server); one that does is
+        served through the SDK path, which holds a session of the guard's own at the server.
+        """
+        async with self._asking:
+            if self.opens_sessions is None and time.monotonic() - self._sessions_asked >= ASK_AGAIN_SECONDS:
+                self._sessions_asked = time.monotonic()
+                try:
+                    with anyio.fail_after(MODERN_PROBE_TIMEOUT):
+                        self.opens_sessions = await opens_sessions(self.upstream, self.settings.max_message_bytes)
+                except (UpstreamHttpError, TimeoutError) as error:
+                    logger.warning("could not ask upstream %r whether it opens sessions: %s", self.spec.name, error)
+                    return False
+                logger.info(
+                    "upstream %r %s",
+                    self.spec.name,
+                    "opens a session per client: stateless requests go through a session of the guard's own"
+                    if self.opens_sessions
+                    else "opens no sessions: stateless requests are relayed as they are",
+                )
+        return self.opens_sessions is False
+
     async def reconfigure(self, servers: Sequence[ServerSpec]) -> str | None:
         """A config reload: the same server with other rules or headers applies at once; another needs a restart."""
         spec = servers[0] if len(servers) == 1 else None
@@ -141,10 +179,13 @@ class HttpRelay:
 
     async def handle_mcp(self, scope: Scope, receive: Receive, send: Send) -> None:
         """One request to ``/mcp``."""
-        if is_modern(scope["headers"]) and not await self._speaks_modern():
+        modern = is_modern(scope["headers"])
+        if (modern and not await self._speaks_modern()) or (
+            not modern and self.settings.stateless and not await self._relays_stateless()
+        ):
             version = header(scope, VERSION)
             await self.translating.serve(
-                scope, receive, send, version.decode("latin-1") if version else None, modern=True
+                scope, receive, send, version.decode("latin-1") if version else None, modern=modern
             )
             return
         method = scope["method"]

@@ -25,6 +25,7 @@ __all__ = [
     "is_modern",
     "json_reply",
     "learn_tools",
+    "opens_sessions",
     "read_answer",
     "read_body",
     "read_bounded",
@@ -135,6 +136,39 @@ async def speaks_modern(upstream: HttpExchange, limit: int) -> bool:
         return False
     result = (answer or {}).get("result")
     return isinstance(result, dict) and version in (result.get("supportedVersions") or ())
+
+
+async def opens_sessions(upstream: HttpExchange, limit: int) -> bool:
+    """Whether the upstream gives each client a session (``Mcp-Session-Id``), asked with an ``initialize`` of its own.
+
+    A session it opens for the question is ended at once.
+
+    Raises:
+        UpstreamHttpError: the upstream cannot be reached, or did not answer the question.
+    """
+    version = HANDSHAKE_PROTOCOL_VERSIONS[-1]
+    ident = wire.own_request_id()
+    params = {
+        "protocolVersion": version,
+        "capabilities": {},
+        "clientInfo": {"name": "mcp-loop-guard", "version": __version__},
+    }
+    body = {"jsonrpc": "2.0", "id": ident, "method": "initialize", "params": params}
+    headers = [(b"accept", JSON + b", " + EVENTS), (b"content-type", JSON)]
+    async with upstream.send("POST", headers, codec.dumps(body)) as response:
+        session = response.header(b"mcp-session-id")
+        try:
+            answer = await read_answer(response, ident, limit)
+        except ValueError:
+            answer = None
+    if session is not None:
+        ended = [(b"mcp-session-id", session), (b"mcp-protocol-version", version.encode())]
+        async with upstream.send("DELETE", ended):
+            pass
+        return True
+    if answer is None or "result" not in answer:
+        raise UpstreamHttpError(f"the upstream did not answer initialize (HTTP {response.status_code})")
+    return False
 
 
 async def learn_tools(
