@@ -1,6 +1,8 @@
 """A tiny MCP server over stdio for the benchmarks: an echo and a large result.
 
-Run as ``python benchmarks/fixture_server.py``. Tools:
+Run as ``python benchmarks/fixture_server.py``, or with ``--http PORT [--stateless]`` over
+streamable HTTP at ``http://127.0.0.1:PORT/mcp`` (``--stateless``: a server that opens no
+sessions, for the stateless HTTP guard). Tools:
 
 - ``echo{text}``: returns the text (a second small-call target besides server-everything).
 - ``blob{size, seed}``: returns ``size`` characters of text that start with the seed, so
@@ -12,6 +14,7 @@ fast one, and is the same upstream for every target it is measured behind.
 
 from __future__ import annotations
 
+import sys
 from typing import Any
 
 import anyio
@@ -67,10 +70,17 @@ async def _call_tool(ctx: ServerRequestContext[Any], params: types.CallToolReque
 
 
 async def main() -> None:
-    """Serve until stdin closes."""
+    """Serve until stdin closes (over HTTP: until interrupted)."""
     server: Server[Any] = Server(
         "benchmark-fixture", version="1.0.0", on_list_tools=_list_tools, on_call_tool=_call_tool
     )
+    if "--http" in sys.argv:
+        import uvicorn  # only the HTTP mode needs it
+
+        port = int(sys.argv[sys.argv.index("--http") + 1])
+        app = server.streamable_http_app(host="127.0.0.1", stateless_http="--stateless" in sys.argv)
+        await uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning")).serve()
+        return
     async with stdio_server() as (read_stream, write_stream):
         await server.run(read_stream, write_stream, server.create_initialization_options())
 

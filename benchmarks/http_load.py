@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import TextIO
 
 import anyio
+import httpx2
 import psutil
 from mcp import ClientSession
 from mcp.client.streamable_http import streamable_http_client
@@ -31,6 +32,7 @@ from benchmarks.stats import ratio, summarize
 from benchmarks.stdio_rtt import CALL_SECONDS, call
 
 SCENARIO = "http"
+KEY_HEADER = "X-Loop-Guard-Key"
 
 
 @dataclass(frozen=True)
@@ -41,19 +43,27 @@ class HttpTarget:
     url: str
     process: psutil.Process | None
     note: str = ""
+    keyed: bool = False
+    """Each session names its own agent (``X-Loop-Guard-Key``): a stateless guard has no sessions to tell apart."""
+    argument: str = "message"
+    """The echo tool's argument (server-everything's ``message``, the fixture server's ``text``)."""
 
 
 @asynccontextmanager
-async def open_sessions(url: str, count: int) -> AsyncIterator[list[ClientSession]]:
-    """``count`` initialized sessions to ``url``, each with its own HTTP connection pool.
+async def open_sessions(url: str, count: int, *, keyed: bool = False) -> AsyncIterator[list[ClientSession]]:
+    """``count`` initialized sessions to ``url``, each with its own HTTP connection pool (and key, if ``keyed``).
 
     Raises:
         BenchmarkError: a session could not be initialized.
     """
     async with AsyncExitStack() as stack:
         sessions = []
-        for _ in range(count):
-            read, write = await stack.enter_async_context(streamable_http_client(url))
+        for index in range(count):
+            client = None
+            if keyed:
+                headers = {KEY_HEADER: f"bench-{index}"}
+                client = await stack.enter_async_context(httpx2.AsyncClient(headers=headers, timeout=CALL_SECONDS))
+            read, write = await stack.enter_async_context(streamable_http_client(url, http_client=client))
             session = await stack.enter_async_context(ClientSession(read, write))
             try:
                 with anyio.fail_after(CALL_SECONDS):
@@ -64,14 +74,16 @@ async def open_sessions(url: str, count: int) -> AsyncIterator[list[ClientSessio
         yield sessions
 
 
-async def burst(sessions: Sequence[ClientSession], calls: int, tag: str) -> tuple[list[float], float]:
+async def burst(
+    sessions: Sequence[ClientSession], calls: int, tag: str, argument: str = "message"
+) -> tuple[list[float], float]:
     """Every session makes ``calls`` sequential echo calls, all sessions at once; latencies and wall time."""
     latencies: list[float] = []
 
     async def worker(index: int, session: ClientSession) -> None:
         for k in range(calls):
             started = time.perf_counter()
-            await call(session, "echo", {"message": f"{tag} session {index} call {k}"})
+            await call(session, "echo", {argument: f"{tag} session {index} call {k}"})
             latencies.append(time.perf_counter() - started)
 
     started = time.perf_counter()
@@ -87,23 +99,25 @@ async def measure(
     calls: int,
     rounds: int,
     advance: Callable[[int], None],
+    *,
+    case: str | None = None,
 ) -> list[Row]:
     """Interleaved bursts on every target; calls/s, p50 and p99 with ratios to direct."""
-    case = f"echo, {sessions} sessions"
+    case = case or f"echo, {sessions} sessions"
     latencies: dict[str, list[float]] = {t.via: [] for t in targets}
     walls: dict[str, float] = dict.fromkeys(latencies, 0.0)
     server_cpu: dict[str, float] = dict.fromkeys(latencies, 0.0)
     client_cpu: dict[str, float] = dict.fromkeys(latencies, 0.0)
     client = psutil.Process()
     async with AsyncExitStack() as stack:
-        pools = [await stack.enter_async_context(open_sessions(t.url, sessions)) for t in targets]
+        pools = [await stack.enter_async_context(open_sessions(t.url, sessions, keyed=t.keyed)) for t in targets]
         for target, pool in zip(targets, pools, strict=True):
-            await burst(pool, 2, f"warmup {target.via}")
+            await burst(pool, 2, f"warmup {target.via}", target.argument)
         for r in range(rounds):
             order = list(zip(targets, pools, strict=True))
             for target, pool in order if r % 2 == 0 else reversed(order):
                 cpu_before = cpu_seconds(target.process), cpu_seconds(client)
-                got, wall = await burst(pool, calls, f"round {r}")
+                got, wall = await burst(pool, calls, f"round {r}", target.argument)
                 server_cpu[target.via] += cpu_seconds(target.process) - cpu_before[0]
                 client_cpu[target.via] += cpu_seconds(client) - cpu_before[1]
                 latencies[target.via].extend(got)

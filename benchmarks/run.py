@@ -286,10 +286,43 @@ async def _http(run: Run, task: TaskID) -> None:
             peer = await stack.enter_async_context(background_server(command, peer_port, run.log))
             note = "HTTP to stdio: one server-everything process shared by all sessions"
             targets.append(http_load.HttpTarget(MCP_PROXY, f"http://127.0.0.1:{peer_port}/mcp", peer, note))
-        run.progress.update(task, total=size.http_rounds * len(targets))
+        stateless = await _stateless_targets(stack, run)
+        run.progress.update(task, total=size.http_rounds * (len(targets) + len(stateless)))
         run.rows += await http_load.measure(
             targets, size.http_sessions, size.http_calls, size.http_rounds, run.advancer(task)
         )
+        run.rows += await http_load.measure(
+            stateless,
+            size.http_sessions,
+            size.http_calls,
+            size.http_rounds,
+            run.advancer(task),
+            case=f"{case}, stateless",
+        )
+
+
+async def _stateless_targets(stack: AsyncExitStack, run: Run) -> list[http_load.HttpTarget]:
+    """The fixture server in its stateless HTTP mode, and each build's ``--stateless`` guard in front of it.
+
+    Every session sends its own key, so each is an agent of its own, as behind a load balancer.
+    """
+    port = free_port()
+    upstream = f"http://127.0.0.1:{port}/mcp"
+    command = [*fixture_command(), "--http", str(port), "--stateless"]
+    server = await stack.enter_async_context(background_server(command, port, run.log))
+    note = "the benchmark fixture server, stateless (it opens no sessions)"
+    targets = [http_load.HttpTarget(DIRECT, upstream, server, note, keyed=True, argument="text")]
+    for build in run.builds:
+        if guard_http_support(build) is not None:
+            continue  # reported with the other HTTP targets
+        guard_port = free_port()
+        argv = [*build.http_command(guard_port, upstream), "--stateless"]
+        guard = await stack.enter_async_context(background_server(argv, guard_port, run.log, build.env))
+        url = f"http://127.0.0.1:{guard_port}/mcp"
+        note = "--stateless, each session its own X-Loop-Guard-Key"
+        via = f"{build.label} · stateless"
+        targets.append(http_load.HttpTarget(via, url, guard, note, keyed=True, argument="text"))
+    return targets
 
 
 async def _guard_targets(
