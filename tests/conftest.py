@@ -3,15 +3,46 @@
 from __future__ import annotations
 
 import subprocess
+import sys
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from tests.harness import BIN_DIR, NODE_DIR, Connector, CountingUpstream, fixture_command, kill_marked
+from tests.harness import (
+    BIN_DIR,
+    NODE_DIR,
+    PREFORK,
+    Connector,
+    CountingUpstream,
+    fixture_command,
+    kill_marked,
+    prefork_socket,
+)
 from tests.http_harness import Rig
 from tests.redis_harness import RedisServer, running_redis
+
+
+@pytest.fixture(scope="session", autouse=True)
+def prefork_server() -> Iterator[None]:
+    """This test process's fork server: our SDK-based fixture servers start as its forks (tests/fixtures/prefork.py).
+
+    Importing the SDK costs each fixture server about a second of CPU; a fork of a process
+    that did it once costs milliseconds, and the suite starts a few hundred of them.
+    """
+    path = prefork_socket()
+    path.unlink(missing_ok=True)
+    process = subprocess.Popen(
+        [sys.executable, str(PREFORK), "serve", str(path)], stdin=subprocess.PIPE, stdout=subprocess.PIPE
+    )
+    assert process.stdout is not None
+    assert process.stdin is not None
+    if process.stdout.readline() != b"ready\n":
+        pytest.fail("the fork server of the fixture servers did not start")
+    yield
+    process.stdin.close()
+    process.wait(timeout=10)
 
 
 @pytest.fixture

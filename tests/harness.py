@@ -9,6 +9,7 @@ import json
 import os
 import signal
 import sys
+import tempfile
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager, AsyncExitStack, asynccontextmanager, suppress
 from dataclasses import dataclass, field
@@ -57,9 +58,24 @@ def guard_command(command: Sequence[str], guard_args: Sequence[str] = ()) -> lis
     return [sys.executable, "-m", "mcp_loop_guard", *guard_args, "--", *command]
 
 
+PREFORK = FIXTURES_DIR / "prefork.py"
+PREFORKED = frozenset(
+    {"counting_server", "tracker_server", "jobs_server", "listen_server", "ops_server", "shell_server"}
+)
+"""Our fixture servers that import the SDK: started as forks of a process that imported it (see prefork.py)."""
+
+
+def prefork_socket() -> Path:
+    """Where this test process's fork server listens, if it runs (its clients run the server themselves if not)."""
+    return Path(tempfile.gettempdir()) / f"mcp-loop-guard-prefork-{os.getpid()}.sock"
+
+
 def fixture_command(name: str, *args: str) -> list[str]:
     """The argv of one of our own fixture servers in tests/fixtures."""
-    return [sys.executable, str(FIXTURES_DIR / f"{name}.py"), *args]
+    script = str(FIXTURES_DIR / f"{name}.py")
+    if name in PREFORKED:
+        return [sys.executable, "-S", str(PREFORK), str(prefork_socket()), script, *args]
+    return [sys.executable, script, *args]
 
 
 def wiretap_command(log: Path, command: Sequence[str]) -> list[str]:
