@@ -140,7 +140,9 @@ class HttpRelay:
         Only a server that opens no sessions takes them (a stateless server); one that does is
         served through the SDK path, which holds a session of the guard's own at the server.
         """
-        async with self._asking:
+        if self.opens_sessions is not None:
+            return not self.opens_sessions
+        async with self._asking:  # one question at a time; the others wait for its answer
             if self.opens_sessions is None and time.monotonic() - self._sessions_asked >= ASK_AGAIN_SECONDS:
                 self._sessions_asked = time.monotonic()
                 try:
