@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Sequence
 from typing import Any
 
@@ -163,8 +164,9 @@ async def opens_sessions(upstream: HttpExchange, limit: int) -> bool:
             answer = None
     if session is not None:
         ended = [(b"mcp-session-id", session), (b"mcp-protocol-version", version.encode())]
-        async with upstream.send("DELETE", ended):
-            pass
+        with contextlib.suppress(UpstreamHttpError):  # best effort: the answer stands either way
+            async with upstream.send("DELETE", ended):
+                pass
         return True
     if answer is None or "result" not in answer:
         raise UpstreamHttpError(f"the upstream did not answer initialize (HTTP {response.status_code})")
