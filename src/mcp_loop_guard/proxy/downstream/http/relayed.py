@@ -101,6 +101,8 @@ class HttpRelay:
                 self._tg = tg
                 tg.start_soon(self._expire)
                 await self.translating.start(tg)
+                if self.settings.stateless:
+                    tg.start_soon(self._relays_stateless)  # asked at start-up, not by the first request
                 try:
                     yield
                 finally:
