@@ -66,8 +66,12 @@ PREFORKED = frozenset(
 
 
 def prefork_socket() -> Path:
-    """Where this test process's fork server listens, if it runs (its clients run the server themselves if not)."""
-    return Path(tempfile.gettempdir()) / f"mcp-loop-guard-prefork-{os.getpid()}.sock"
+    """Where this test process's fork server listens, if it runs (its clients run the server themselves if not).
+
+    In the temporary directory unless its path is too long for a Unix socket (108 bytes).
+    """
+    directory = tempfile.gettempdir()
+    return Path(directory if len(directory) < 60 else "/tmp") / f"mcp-loop-guard-prefork-{os.getpid()}.sock"  # noqa: S108
 
 
 def fixture_command(name: str, *args: str) -> list[str]:
