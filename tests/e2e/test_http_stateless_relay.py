@@ -14,7 +14,7 @@ from pathlib import Path
 import anyio
 import pytest
 
-from tests.harness import MARKER, VERDICT_KEY, action, counted_calls, eventually, texts
+from tests.harness import MARKER, action, counted_calls, eventually, texts
 from tests.http_harness import (
     KEY_HEADER,
     LOCALHOST,
@@ -22,6 +22,7 @@ from tests.http_harness import (
     Rig,
     ServerProcess,
     free_port,
+    http_get,
     http_post,
     initialize_body,
     jsonrpc_payloads,
@@ -84,23 +85,89 @@ async def test_a_looping_key_is_aborted_and_then_refused_before_the_server(rig: 
     assert [call["id"] for call in counted_calls(log, "echo")] == [1, 2, 3, 4, 9]
 
 
-async def test_a_server_with_sessions_is_served_through_a_session_of_the_guard(rig: Rig, tmp_path: Path) -> None:
-    """Such a server refuses requests without its session, so they take the SDK path; nothing changes for the client."""
+async def test_a_server_with_sessions_gets_each_request_over_a_session_of_the_guard(rig: Rig, tmp_path: Path) -> None:
+    """Such a server refuses requests without its session: each goes over one of the guard's own, as it came."""
     log = tmp_path / "calls.jsonl"
     async with rig.counting_http(log) as upstream, rig.guard(_guard_args(rig, upstream)) as guard:
+        async with open_http_session(guard.mcp_url, headers={KEY_HEADER: "agent-a"}) as client:
+            assert client.initialize.server_info.name == "counting-server"  # the server's own answer
+            with anyio.fail_after(20):
+                tools = await client.session.list_tools()
+                actions = [action(await client.session.call_tool("echo", ECHO)) for _ in range(5)]
+        assert {tool.name for tool in tools.tools} >= {"echo", "slow"}
+        assert actions == [None, None, "warn", "warn", "block"]
+        assert client.session_ids == [], "no session id, the server's or the guard's"
+
         with anyio.fail_after(20):
-            opened = await http_post(guard.mcp_url, initialize_body(), {KEY_HEADER: "a"})
-            answers = [await raw_call(guard.mcp_url, "echo", ECHO, {KEY_HEADER: "a"}, n) for n in (41, 42, 43)]
-        assert opened.status_code == 200, opened.text
-        assert SESSION_HEADER not in opened.headers
-        results = [jsonrpc_payloads(answer)[0] for answer in answers]
-        assert [result["id"] for result in results] == [41, 42, 43]
-        assert [result["result"]["content"][0]["text"] for result in results] == ["again"] * 3
-        assert results[-1]["result"]["_meta"][VERDICT_KEY]["action"] == "warn"
+            answers = [await raw_call(guard.mcp_url, "echo", {"text": "n"}, {KEY_HEADER: "b"}, n) for n in (41, 42)]
+            stream = await http_get(guard.mcp_url, {"Accept": "text/event-stream", KEY_HEADER: "b"})
+        assert [jsonrpc_payloads(answer)[0]["id"] for answer in answers] == [41, 42]
+        assert all(SESSION_HEADER not in answer.headers for answer in answers)
+        assert stream.status_code == 405  # no session, so no stream of its own
     calls = counted_calls(log, "echo")
-    assert len(calls) == 3
-    assert not {call["id"] for call in calls} & {41, 42, 43}  # numbered by the guard's own session
+    assert len(calls) == 6  # four identical calls before the refusal, and the two numbered ones
+    assert [call["id"] for call in calls[-2:]] == [41, 42]  # their own ids: relayed, not made anew
     assert "opens a session per client" in guard.stderr.read_text()
+
+
+async def test_requests_numbered_alike_at_once_never_meet_at_the_server(rig: Rig, tmp_path: Path) -> None:
+    """Two agents' calls with the same id, in flight together, each go over a session of their own."""
+    log = tmp_path / "calls.jsonl"
+    async with rig.counting_http(log) as upstream, rig.guard(_guard_args(rig, upstream)) as guard:
+        answers: dict[str, str] = {}
+
+        async def slow(key: str, seconds: float) -> None:
+            answered = await raw_call(guard.mcp_url, "slow", {"seconds": seconds}, {KEY_HEADER: key}, request_id=1)
+            (payload,) = jsonrpc_payloads(answered)
+            answers[key] = payload["result"]["content"][0]["text"]
+
+        with anyio.fail_after(30):
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(slow, "a", 1.0)
+                tg.start_soon(slow, "b", 0.5)
+    assert answers == {"a": "slept 1.0 seconds", "b": "slept 0.5 seconds"}
+    assert [call["id"] for call in counted_calls(log, "slow")] == [1, 1]
+
+
+async def test_a_server_restarted_under_the_guards_sessions_costs_no_request(rig: Rig, tmp_path: Path) -> None:
+    """The restarted server knows none of the guard's sessions: the request that finds out goes over a new one."""
+    log = tmp_path / "calls.jsonl"
+    port = free_port()
+    config = rig.config({"counting": {"type": "http", "url": f"http://{LOCALHOST}:{port}/mcp"}})
+    first = rig.counting_http(log, port=port)
+    await first.__aenter__()
+    try:
+        async with rig.guard(["--stateless", "--config", str(config)]) as guard:
+            with anyio.fail_after(20):
+                before = await raw_call(guard.mcp_url, "echo", {"text": "before"}, {KEY_HEADER: "e"}, request_id=1)
+            await first.__aexit__(None, None, None)
+            first = None
+            async with rig.counting_http(log, port=port):
+                with anyio.fail_after(20):
+                    after = await raw_call(guard.mcp_url, "echo", {"text": "after"}, {KEY_HEADER: "e"}, request_id=2)
+    finally:
+        if first is not None:
+            await first.__aexit__(None, None, None)
+    assert jsonrpc_payloads(before)[0]["result"]["content"][0]["text"] == "before"
+    assert after.status_code == 200, after.text
+    assert jsonrpc_payloads(after)[0]["result"]["content"][0]["text"] == "after"
+    assert [call["id"] for call in counted_calls(log, "echo")] == [1, 2]
+    assert "no longer knows a session of the guard's own" in guard.stderr.read_text()
+
+
+async def test_tasks_are_not_offered_where_their_requests_could_reach_another_session(rig: Rig) -> None:
+    """server-everything offers tasks; behind a stateless guard its ``initialize`` answer offers none, all else kept."""
+    async with rig.everything_http() as upstream, rig.guard(_guard_args(rig, upstream)) as guard:
+        with anyio.fail_after(20):
+            direct = await http_post(upstream.mcp_url, initialize_body())
+            guarded = await http_post(guard.mcp_url, initialize_body(), {KEY_HEADER: "c"})
+    theirs = jsonrpc_payloads(direct)[0]["result"]
+    ours = jsonrpc_payloads(guarded)[0]["result"]
+    assert "tasks" in theirs["capabilities"]
+    assert ours["capabilities"] == {name: v for name, v in theirs["capabilities"].items() if name != "tasks"}
+    assert ours["serverInfo"] == theirs["serverInfo"]
+    assert ours["instructions"] == theirs["instructions"]
+    assert SESSION_HEADER not in guarded.headers
 
 
 async def test_a_server_that_comes_up_late_is_asked_again_and_then_relayed(rig: Rig, tmp_path: Path) -> None:

@@ -34,6 +34,7 @@ from mcp_loop_guard.proxy.downstream.http.admin import LiveAgent
 from mcp_loop_guard.proxy.downstream.http.agents import Agents, KeyedAgent
 from mcp_loop_guard.proxy.downstream.http.exchanges import Exchange
 from mcp_loop_guard.proxy.downstream.http.middleware import header, reply, token_of
+from mcp_loop_guard.proxy.downstream.http.pooled import Pooled, SessionPool
 from mcp_loop_guard.proxy.downstream.http.relayed_sessions import RelayedSession, RelayedSessions
 from mcp_loop_guard.proxy.downstream.http.replies import (
     is_modern,
@@ -87,6 +88,8 @@ class HttpRelay:
         """The upstream's 2026-07-28 ``serverInfo``, stamped on the results the guard writes in that era."""
         self.opens_sessions: bool | None = None
         """With ``--stateless``: whether the server gives its clients sessions; None until it could be asked."""
+        self.pool = SessionPool(self.upstream, self.settings.max_sessions, self.settings.max_message_bytes)
+        self.pooled = Pooled(self, self.pool)
         self._sessions_asked = -ASK_AGAIN_SECONDS
         self._asking = anyio.Lock()
         self._tg: anyio.abc.TaskGroup | None = None
@@ -108,9 +111,10 @@ class HttpRelay:
                 finally:
                     tg.cancel_scope.cancel()
         finally:
-            # Sessions are left open at the server: a guard started again in this one's place
-            # serves them on, judged by the state they left in the store.
+            # Clients' sessions are left open at the server: a guard started again in this one's
+            # place serves them on, judged by the state they left in the store. The guard's own end.
             with anyio.CancelScope(shield=True):
+                await self.pool.aclose()
                 await self.upstream.aclose()
 
     async def _expire(self) -> None:
@@ -118,6 +122,7 @@ class HttpRelay:
         while True:
             await anyio.sleep(min(idle, 30.0))
             await self.sessions.expire(idle)
+            await self.pool.expire()
             self.agents.expire(idle)
 
     async def _speaks_modern(self) -> bool:
@@ -139,8 +144,9 @@ class HttpRelay:
     async def _relays_stateless(self) -> bool:
         """With ``--stateless``: whether handshake-era requests (they carry no session) can go to the server as is.
 
-        Only a server that opens no sessions takes them (a stateless server); one that does is
-        served through the SDK path, which holds a session of the guard's own at the server.
+        Only a server that opens no sessions takes them (a stateless server); to one that does,
+        they go over sessions of the guard's own (:mod:`.pooled`). Until the server could say,
+        they take the SDK path.
         """
         if self.opens_sessions is not None:
             return not self.opens_sessions
@@ -156,7 +162,7 @@ class HttpRelay:
                 logger.info(
                     "upstream %r %s",
                     self.spec.name,
-                    "opens a session per client: stateless requests go through a session of the guard's own"
+                    "opens a session per client: stateless requests go over sessions of the guard's own"
                     if self.opens_sessions
                     else "opens no sessions: stateless requests are relayed as they are",
                 )
@@ -184,9 +190,11 @@ class HttpRelay:
     async def handle_mcp(self, scope: Scope, receive: Receive, send: Send) -> None:
         """One request to ``/mcp``."""
         modern = is_modern(scope["headers"])
-        if (modern and not await self._speaks_modern()) or (
-            not modern and self.settings.stateless and not await self._relays_stateless()
-        ):
+        stateless = not modern and self.settings.stateless
+        if stateless and not await self._relays_stateless() and self.opens_sessions:
+            await self.pooled.handle(scope, receive, send)
+            return
+        if (modern and not await self._speaks_modern()) or (stateless and self.opens_sessions is None):
             version = header(scope, VERSION)
             await self.translating.serve(
                 scope, receive, send, version.decode("latin-1") if version else None, modern=modern

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import anyio
@@ -22,7 +23,9 @@ from mcp_loop_guard.proxy.wire.messages import Message
 __all__ = [
     "EVENTS",
     "JSON",
+    "Handshake",
     "Headers",
+    "handshake",
     "is_modern",
     "json_reply",
     "learn_tools",
@@ -100,7 +103,7 @@ async def relay_plain(upstream: HttpExchange, facts: ToolFacts, method: str, hea
                 await send({"type": "http.response.body", "body": b"", "more_body": False})
 
 
-async def read_answer(response: Response, ident: str, limit: int) -> dict[str, Any] | None:
+async def read_answer(response: Response, ident: wire.RequestId | None, limit: int) -> dict[str, Any] | None:
     """The body of the response to ``ident`` in a JSON body or an event stream; None when there is none."""
     if not response.is_success:
         return None
@@ -139,13 +142,21 @@ async def speaks_modern(upstream: HttpExchange, limit: int) -> bool:
     return isinstance(result, dict) and version in (result.get("supportedVersions") or ())
 
 
-async def opens_sessions(upstream: HttpExchange, limit: int) -> bool:
-    """Whether the upstream gives each client a session (``Mcp-Session-Id``), asked with an ``initialize`` of its own.
+@dataclass(frozen=True, slots=True)
+class Handshake:
+    """The upstream's answer to an ``initialize`` of the guard's own."""
 
-    A session it opens for the question is ended at once.
+    session_id: bytes | None
+    """The session it opened, if it opens sessions."""
+    version: str
+    """The protocol version it chose."""
+
+
+async def handshake(upstream: HttpExchange, limit: int) -> Handshake:
+    """An ``initialize`` of the guard's own (offering no client capabilities); what the upstream answered.
 
     Raises:
-        UpstreamHttpError: the upstream cannot be reached, or did not answer the question.
+        UpstreamHttpError: the upstream cannot be reached, or did not answer it.
     """
     version = HANDSHAKE_PROTOCOL_VERSIONS[-1]
     ident = wire.own_request_id()
@@ -162,14 +173,27 @@ async def opens_sessions(upstream: HttpExchange, limit: int) -> bool:
             answer = await read_answer(response, ident, limit)
         except ValueError:
             answer = None
-    if session is not None:
-        ended = [(b"mcp-session-id", session), (b"mcp-protocol-version", version.encode())]
+    result = (answer or {}).get("result")
+    if not isinstance(result, dict):
+        raise UpstreamHttpError(f"the upstream did not answer initialize (HTTP {response.status_code})")
+    return Handshake(session, str(result.get("protocolVersion") or version))
+
+
+async def opens_sessions(upstream: HttpExchange, limit: int) -> bool:
+    """Whether the upstream gives each client a session (``Mcp-Session-Id``), asked with an ``initialize`` of its own.
+
+    A session it opens for the question is ended at once.
+
+    Raises:
+        UpstreamHttpError: the upstream cannot be reached, or did not answer the question.
+    """
+    opened = await handshake(upstream, limit)
+    if opened.session_id is not None:
+        ended = [(b"mcp-session-id", opened.session_id), (b"mcp-protocol-version", opened.version.encode())]
         with contextlib.suppress(UpstreamHttpError):  # best effort: the answer stands either way
             async with upstream.send("DELETE", ended):
                 pass
         return True
-    if answer is None or "result" not in answer:
-        raise UpstreamHttpError(f"the upstream did not answer initialize (HTTP {response.status_code})")
     return False
 
 
