@@ -328,18 +328,21 @@ async def _stateless_targets(stack: AsyncExitStack, run: Run) -> list[http_load.
 async def _guard_targets(
     stack: AsyncExitStack, run: Run, build: GuardBuild, upstreams: tuple[str, Sequence[str], str]
 ) -> list[http_load.HttpTarget]:
-    """One build's guards: in front of the HTTP server, of one shared stdio server, and of the SSE server."""
+    """One build's guards: before the HTTP server (also ``--stateless``), one shared stdio server, the SSE server."""
     upstream, stdio, sse_upstream = upstreams
-    ports = [free_port() for _ in range(3)]
+    ports = [free_port() for _ in range(4)]
+    stateless = [*build.http_command(ports[3], upstream), "--stateless"]
     guards = [
         ("", build.http_command(ports[0], upstream), "HTTP to HTTP"),
         (" · stdio", build.http_stdio_command(ports[1], stdio), "HTTP to stdio: one server-everything process shared"),
         (" · sse", build.http_command(ports[2], sse_upstream), "HTTP to legacy SSE: server-everything, a session each"),
+        (" · stateless", stateless, "--stateless, each session its own X-Loop-Guard-Key; the server opens sessions"),
     ]
     targets = []
     for port, (suffix, command, note) in zip(ports, guards, strict=True):
         guard = await stack.enter_async_context(background_server(command, port, run.log, build.env))
-        targets.append(http_load.HttpTarget(f"{build.label}{suffix}", f"http://127.0.0.1:{port}/mcp", guard, note))
+        url = f"http://127.0.0.1:{port}/mcp"
+        targets.append(http_load.HttpTarget(f"{build.label}{suffix}", url, guard, note, keyed=suffix == " · stateless"))
     return targets
 
 
