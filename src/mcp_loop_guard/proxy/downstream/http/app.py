@@ -89,8 +89,7 @@ def relayed_upstream(plan: Plan) -> HttpServer | None:
     """The one streamable HTTP server an HTTP guard relays request by request, when that is all it serves.
 
     With ``--stateless`` too: requests that open no session are relayed as they are when the
-    server opens none either; a server that gives each client a session refuses them, so the
-    relay hands them to the SDK path, which keeps a session of its own at the server.
+    server opens none either, and over sessions of the guard's own when it gives each client one.
     """
     servers = plan.config.servers
     settings = plan.settings

@@ -9,8 +9,9 @@ goes (a refusal is answered here and never reaches the server) and its answer ju
 it comes back (passed on as its own bytes unless a warning is appended).
 
 Loop state is kept per upstream session (the ``Mcp-Session-Id`` the server gave, bound to the
-token that opened it) or, for requests without one (2026-07-28, or ``--stateless`` in front of
-a server that opens no sessions), per key as for sessionless requests. An aborted session's
+token that opened it) or, for requests without one (2026-07-28, or ``--stateless``: relayed as
+they are to a server that opens no sessions, over the guard's own to one that does), per key as
+for sessionless requests. An aborted session's
 refusal goes out, then the session ends: its id answers 404, its open streams close, and
 the server is told to end it too.
 """
