@@ -15,9 +15,8 @@ from starlette.types import Receive, Scope, Send
 from mcp_loop_guard.proxy.downstream.http.agents import Agents
 from mcp_loop_guard.proxy.downstream.http.middleware import header, reply, token_of
 from mcp_loop_guard.proxy.downstream.http.muxed_sessions import MuxedSession
-from mcp_loop_guard.proxy.downstream.http.replies import json_reply, read_body
+from mcp_loop_guard.proxy.downstream.http.replies import read_posted
 from mcp_loop_guard.proxy.relay.judge import Judge
-from mcp_loop_guard.proxy.wire import messages as wire
 from mcp_loop_guard.proxy.wire.messages import BadLine, Message
 
 __all__ = ["StatelessRequests", "posted"]
@@ -25,12 +24,10 @@ __all__ = ["StatelessRequests", "posted"]
 
 async def posted(scope: Scope, receive: Receive, send: Send) -> Message | BadLine | None:
     """The message a POST carries; None when the request was answered instead (400, 406)."""
-    parsed = wire.parse(await read_body(receive))
-    if parsed is None or (isinstance(parsed, BadLine) and parsed.reply is not None):
-        refusal = parsed.reply if parsed is not None else wire.error(None, wire.PARSE_ERROR, "Parse error: empty")
-        assert refusal is not None
-        await json_reply(send, 400, refusal)
+    posted_ = await read_posted(receive, send)
+    if posted_ is None:
         return None
+    _, parsed = posted_
     accept = header(scope, b"accept") or b""
     is_request = isinstance(parsed, Message) and parsed.is_request
     if is_request and b"text/event-stream" not in accept and b"application/json" not in accept:

@@ -25,10 +25,10 @@ from mcp_loop_guard import codec
 from mcp_loop_guard.proxy.downstream.http.agents import Agents
 from mcp_loop_guard.proxy.downstream.http.exchanges import Exchange, Relaying
 from mcp_loop_guard.proxy.downstream.http.middleware import reply
-from mcp_loop_guard.proxy.downstream.http.replies import Handshake, handshake, json_reply, read_answer, read_body
+from mcp_loop_guard.proxy.downstream.http.replies import Handshake, handshake, json_reply, read_answer, read_posted
 from mcp_loop_guard.proxy.upstream.exchange import HttpExchange, UpstreamHttpError
 from mcp_loop_guard.proxy.wire import messages as wire
-from mcp_loop_guard.proxy.wire.messages import BadLine, Message
+from mcp_loop_guard.proxy.wire.messages import Message
 
 logger = logging.getLogger(__name__)
 
@@ -150,13 +150,10 @@ class Pooled:
         if scope["method"] != "POST":
             await reply(send, 405, "Method Not Allowed: stateless requests have no session", [(b"allow", b"POST")])
             return
-        body = await read_body(receive)
-        parsed = wire.parse(body)
-        if parsed is None or (isinstance(parsed, BadLine) and parsed.reply is not None):
-            refusal = parsed.reply if parsed is not None else wire.error(None, wire.PARSE_ERROR, "Parse error: empty")
-            assert refusal is not None
-            await json_reply(send, 400, refusal)
+        posted = await read_posted(receive, send)
+        if posted is None:
             return
+        body, parsed = posted
         message = parsed if isinstance(parsed, Message) else None
         if message is not None and message.method == "initialize":
             await self._initialize(scope, body, message, send)

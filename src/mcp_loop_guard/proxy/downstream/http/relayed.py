@@ -39,9 +39,8 @@ from mcp_loop_guard.proxy.downstream.http.pooled import Pooled, SessionPool
 from mcp_loop_guard.proxy.downstream.http.relayed_sessions import RelayedSession, RelayedSessions
 from mcp_loop_guard.proxy.downstream.http.replies import (
     is_modern,
-    json_reply,
     opens_sessions,
-    read_body,
+    read_posted,
     relay_plain,
     speaks_modern,
 )
@@ -50,8 +49,7 @@ from mcp_loop_guard.proxy.relay.judge import Judge
 from mcp_loop_guard.proxy.relay.session_server import STOPPING
 from mcp_loop_guard.proxy.relay.tools import ToolFacts
 from mcp_loop_guard.proxy.upstream.exchange import HttpExchange, UpstreamHttpError
-from mcp_loop_guard.proxy.wire import messages as wire
-from mcp_loop_guard.proxy.wire.messages import BadLine, Message
+from mcp_loop_guard.proxy.wire.messages import Message
 
 logger = logging.getLogger(__name__)
 
@@ -210,13 +208,10 @@ class HttpRelay:
             await reply(send, 405, "Method Not Allowed", [(b"allow", b"GET, POST, DELETE")])
 
     async def _post(self, scope: Scope, receive: Receive, send: Send) -> None:
-        body = await read_body(receive)
-        parsed = wire.parse(body)
-        if parsed is None or (isinstance(parsed, BadLine) and parsed.reply is not None):
-            refusal = parsed.reply if parsed is not None else wire.error(None, wire.PARSE_ERROR, "Parse error: empty")
-            assert refusal is not None
-            await json_reply(send, 400, refusal)
+        posted = await read_posted(receive, send)
+        if posted is None:
             return
+        body, parsed = posted
         token = token_of(scope)
         session_id = header(scope, SESSION)
         session: RelayedSession | None = None

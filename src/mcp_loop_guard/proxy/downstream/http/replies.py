@@ -18,7 +18,7 @@ from mcp_loop_guard.proxy.relay.tools import ToolFacts
 from mcp_loop_guard.proxy.upstream.exchange import HttpExchange, Response, UpstreamHttpError, forwarded_response_headers
 from mcp_loop_guard.proxy.upstream.http_answers import EVENTS, JSON, read_bounded, read_messages
 from mcp_loop_guard.proxy.wire import messages as wire
-from mcp_loop_guard.proxy.wire.messages import Message
+from mcp_loop_guard.proxy.wire.messages import BadLine, Message
 
 __all__ = [
     "EVENTS",
@@ -33,6 +33,7 @@ __all__ = [
     "read_answer",
     "read_body",
     "read_bounded",
+    "read_posted",
     "relay_plain",
     "speaks_modern",
 ]
@@ -58,6 +59,18 @@ async def read_body(receive: Receive) -> bytes:
         if not message.get("more_body", False):
             break
     return b"".join(chunks)
+
+
+async def read_posted(receive: Receive, send: Send) -> tuple[bytes, Message | BadLine] | None:
+    """A POST's body and the message it carries; None when it was answered with the spec's 400 instead."""
+    body = await read_body(receive)
+    parsed = wire.parse(body)
+    if parsed is None or (isinstance(parsed, BadLine) and parsed.reply is not None):
+        refusal = parsed.reply if parsed is not None else wire.error(None, wire.PARSE_ERROR, "Parse error: empty")
+        assert refusal is not None
+        await json_reply(send, 400, refusal)
+        return None
+    return body, parsed
 
 
 async def json_reply(send: Send, status: int, message: Message, headers: Headers = ()) -> None:
