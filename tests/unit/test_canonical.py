@@ -11,7 +11,8 @@ import pytest
 from hypothesis import example, given
 from hypothesis import strategies as st
 
-from mcp_loop_guard.core._canonical import _encode_fast, encode, encode_slow
+from mcp_loop_guard.core import _canonical
+from mcp_loop_guard.core._canonical import _encode_c, _encode_fast, encode, encode_slow
 from mcp_loop_guard.core.fingerprint import canonical_json
 
 TEXT = st.text(st.characters() | st.characters(categories=["Cs"]))
@@ -125,12 +126,31 @@ def test_meta_is_dropped_only_when_asked() -> None:
 @example({"v": "1.0"}, False)
 @example({"_meta": 0}, True)
 @example(10**5000, False)
-def test_fast_path_agrees_with_the_iterative_encoder(value: Any, drop_meta: bool) -> None:
-    """When the C encoder's output is used, it is byte for byte what the iterative one gives."""
-    fast = _encode_fast(value, drop_meta=drop_meta)
+@example({"v": 1e-05, "w": [0.0001, 1e16, 1.5e300, -0.0, 5e-324]}, False)
+@example([math.nan, None, "null", math.inf], False)
+@example({'\x7f\x1f\u2028\n"\\': "\x00\x08\x0c\r\t\u00e9\U0001f600"}, False)
+@example({"é": 1, "z": 2, "\U0001f600": 3, "a": 4}, False)
+@example(2**64 - 1, False)
+@example([2**64, -(2**63) - 1], False)
+def test_fast_paths_agree_with_the_iterative_encoder(value: Any, drop_meta: bool) -> None:
+    """When a compiled encoder's output is used, it is byte for byte what the iterative one gives."""
     slow = encode_slow(value, drop_meta=drop_meta)
+    fast = _encode_fast(value, drop_meta=drop_meta)
     assert fast is None or fast == slow
+    c_encoded = _encode_c(value, drop_meta=drop_meta)
+    assert c_encoded is None or c_encoded == slow
     assert encode(value, drop_meta=drop_meta) == slow
+
+
+def test_orjson_encodes_the_common_case_alone(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Arguments of strings, ints, booleans and nesting never reach the C encoder (the fast path is live)."""
+
+    def not_called(value: object, *, drop_meta: bool) -> bytes | None:
+        raise AssertionError("the C encoder was asked")
+
+    monkeypatch.setattr(_canonical, "_encode_c", not_called)
+    value = {"path": "notes/a b.txt", "n": -3, "all": True, "tags": ["x", {"é": "\n"}]}
+    assert encode(value, drop_meta=True) == encode_slow(value, drop_meta=True)
 
 
 @given(JSON)

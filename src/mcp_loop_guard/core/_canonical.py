@@ -1,9 +1,15 @@
 """Canonical JSON: one byte string per JSON value, whatever its key order or number type.
 
-The C ``json`` encoder is tried first; its output is kept only when it is provably
-canonical (no integral floats, which it prints as ``1.0``; no ``_meta`` to drop), which is
-the common case and about three times faster. Everything else goes through an iterative
-encoder that has no recursion limit and prints any int, however long.
+Compiled encoders are tried first, and their output is kept only when it is provably what
+the iterative encoder below would write (the common case: tool arguments and small result
+fields). orjson goes first: a call's fingerprint runs on a cache the rest of the machine
+has just flushed, where its small code path costs about a fifth of the C ``json``
+encoder's (5 against 23 µs for a small object, measured after a 0.5 ms sleep). Its output
+is refused where it may differ: any number with a fraction or exponent (its float
+formatting is not ``repr``'s), any ``null`` (it writes NaN and infinities as ``null``),
+``_meta`` to drop. The C ``json`` encoder then takes what has no integral float, which it
+prints as ``1.0``. Everything else goes through an iterative encoder that has no recursion
+limit and prints any int, however long.
 """
 
 from __future__ import annotations
@@ -15,6 +21,11 @@ from decimal import Decimal
 from json.encoder import encode_basestring
 from operator import itemgetter
 from typing import Any, Final, NoReturn
+
+try:
+    import orjson
+except ImportError:  # pragma: no cover - orjson is a dependency; without it the C encoder goes first
+    orjson = None  # type: ignore[assignment]
 
 META: Final = "_meta"
 """MCP's metadata key; never part of what the model sees."""
@@ -50,10 +61,30 @@ _C_ENCODER: Final = json.JSONEncoder(
 
 
 _INTEGRAL_FLOAT: Final = re.compile(r"\.0(?![0-9])|e\+")
+_ORJSON_UNSURE: Final = re.compile(rb"[0-9][.eE]|null")
+"""orjson output that may differ from the iterative encoder's (also matches such text inside strings)."""
+_ORJSON_OPTIONS: Final = (
+    orjson.OPT_SORT_KEYS | orjson.OPT_PASSTHROUGH_DATACLASS | orjson.OPT_PASSTHROUGH_DATETIME
+    if orjson is not None
+    else 0
+)
 
 
 def _encode_fast(value: object, *, drop_meta: bool) -> bytes | None:
-    """The C encoder's output when it is canonical, else None.
+    """A compiled encoder's output when it is canonical, else None."""
+    if orjson is not None:
+        try:
+            raw = orjson.dumps(value, default=_refuse_default, option=_ORJSON_OPTIONS)
+        except TypeError:  # odd types and keys, ints past 64 bits, lone surrogates, cycles, depth
+            pass
+        else:
+            if not _ORJSON_UNSURE.search(raw) and not (drop_meta and b'"_meta":' in raw):
+                return raw
+    return _encode_c(value, drop_meta=drop_meta)
+
+
+def _encode_c(value: object, *, drop_meta: bool) -> bytes | None:
+    """The C ``json`` encoder's output when it is canonical, else None.
 
     Integral floats are the only numbers it prints differently, always as ``N.0`` or with an
     ``e+`` exponent; output where either shows up (even inside a string) is refused.
