@@ -223,6 +223,7 @@ class Writer:
         Raises:
             OSError: the reader went away or the descriptor failed.
         """
+        rest: bytes | memoryview = data
         if self._busy:
             turn = anyio.Event()
             self._waiters.append(turn)
@@ -238,10 +239,10 @@ class Writer:
             written = self.fd.write_now(data)
             if written == len(data):
                 return
-            data = data[written:]
+            rest = memoryview(data)[written:]  # a view: the rest of a large message is not copied
             self._busy = True
         try:
-            await self.fd.write(data)
+            await self.fd.write(rest)
         finally:
             self._hand_on()
 

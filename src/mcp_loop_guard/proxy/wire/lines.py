@@ -41,22 +41,26 @@ def _read_id(head: bytes, tail: bytes) -> RequestId | None:
 class LineReader:
     """Split a byte stream into lines, never holding more than ``limit`` bytes of one line.
 
-    Appending to one buffer keeps a large message linear to assemble; a line over the
-    limit is counted and dropped as it streams by, keeping only its two ends.
+    The pieces of a line that spans reads are kept as they came and joined once, at its
+    end: a large message is copied once to assemble. A line over the limit is counted and
+    dropped as it streams by, keeping only its two ends.
     """
 
     def __init__(self, limit: int) -> None:
         """``limit``: the largest line kept, in bytes."""
         self.limit = limit
-        self._buffer = bytearray()
+        self._pieces: list[bytes] = []
+        self._held = 0
+        """Bytes in ``_pieces``."""
         self._skipped = 0
         self._head = b""
+        self._tail = b""
 
     def feed(self, chunk: bytes) -> list[bytes | Oversized]:
         """The lines (without newline) completed by ``chunk``."""
         lines: list[bytes | Oversized] = []
         start = 0
-        if not self._buffer and not self._skipped:
+        if not self._pieces and not self._skipped:
             # The common case, a chunk of whole lines: slice them out without copying into the buffer.
             while (end := chunk.find(b"\n", start)) >= 0:
                 if end - start > self.limit:
@@ -66,32 +70,36 @@ class LineReader:
                     lines.append(chunk[start:end])
                 start = end + 1
             if start < len(chunk):
-                self._take(chunk[start:])
+                self._take(chunk[start:] if start else chunk)
             return lines
         while (end := chunk.find(b"\n", start)) >= 0:
             self._take(chunk[start:end])
             lines.append(self._finish())
             start = end + 1
-        self._take(chunk[start:])
+        if start < len(chunk):
+            self._take(chunk[start:] if start else chunk)
         return lines
 
     def _take(self, piece: bytes) -> None:
         if self._skipped:
             self._skipped += len(piece)
-            self._buffer[:] = (bytes(self._buffer) + piece)[-_KEEP:]
+            self._tail = (self._tail + piece[-_KEEP:])[-_KEEP:]
             return
-        self._buffer += piece
-        if len(self._buffer) > self.limit:
-            self._skipped = len(self._buffer)
-            self._head = bytes(self._buffer[:_KEEP])
-            del self._buffer[: len(self._buffer) - _KEEP]
+        self._pieces.append(piece)
+        self._held += len(piece)
+        if self._held > self.limit:
+            held = b"".join(self._pieces)
+            self._skipped, self._head, self._tail = len(held), held[:_KEEP], held[-_KEEP:]
+            self._pieces.clear()
+            self._held = 0
 
     def _finish(self) -> bytes | Oversized:
         if self._skipped:
-            found = Oversized(self._skipped, _read_id(self._head, bytes(self._buffer)))
-            self._skipped, self._head = 0, b""
-            self._buffer.clear()
+            found = Oversized(self._skipped, _read_id(self._head, self._tail))
+            self._skipped, self._head, self._tail = 0, b"", b""
             return found
-        line = bytes(self._buffer)
-        self._buffer.clear()
+        pieces = self._pieces
+        line = pieces[0] if len(pieces) == 1 else b"".join(pieces)
+        pieces.clear()
+        self._held = 0
         return line
