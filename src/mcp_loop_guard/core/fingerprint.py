@@ -60,7 +60,7 @@ def result_key(result: Mapping[str, Any]) -> ResultKey:
     a key only when their visible parts are equal. Malformed parts are hashed as they are.
     """
     digest = sha256()
-    if not isinstance(result, Mapping):
+    if not isinstance(result, dict | Mapping):
         _frame(digest, b"R", encode(result, drop_meta=True))
         return ResultKey(digest.hexdigest())
     content = result.get("content")
@@ -90,7 +90,7 @@ _RESOURCE_BIG_FIELDS: Final = (("text", b"T"), ("blob", b"B"))
 
 def _hash_item(digest: _Hash, item: object) -> None:
     """Hash one content item: its small fields as canonical JSON, its big strings raw."""
-    if not isinstance(item, Mapping):
+    if not isinstance(item, dict | Mapping):
         _frame(digest, b"J", encode(item, drop_meta=True))
         return
     small = {k: v for k, v in item.items() if k != META}
@@ -101,7 +101,7 @@ def _hash_item(digest: _Hash, item: object) -> None:
             big.append((tag, value))
             del small[name]
     resource = small.get("resource")
-    if isinstance(resource, Mapping):
+    if isinstance(resource, dict | Mapping):
         resource = {k: v for k, v in resource.items() if k != META}
         for name, tag in _RESOURCE_BIG_FIELDS:
             value = resource.get(name)

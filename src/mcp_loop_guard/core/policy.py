@@ -57,6 +57,8 @@ class Policy:
     mode: Mode = Mode.ENFORCE
     budgets: tuple[Budget, ...] = ()
     """The budgets that count calls judged by this policy (already matched to the call's route)."""
+    _misconfiguration: str | None = field(default=None, init=False, repr=False, compare=False)
+    """:attr:`misconfiguration`, worked out once: every call asks whether the policy is active."""
 
     def __post_init__(self) -> None:
         """Reject values no setting could produce; warn >= block is handled softly instead."""
@@ -77,10 +79,14 @@ class Policy:
         if not self.reset_after_seconds > 0:
             msg = f"reset_after_seconds must be positive, got {self.reset_after_seconds!r}"
             raise ValueError(msg)
+        object.__setattr__(self, "_misconfiguration", self._find_misconfiguration())
 
     @property
     def misconfiguration(self) -> str | None:
         """Why the guard must switch itself off, or None when the policy is usable."""
+        return self._misconfiguration
+
+    def _find_misconfiguration(self) -> str | None:
         if self.warn_threshold >= self.block_threshold:
             return (
                 f"warn threshold ({self.warn_threshold}) must be below block threshold "

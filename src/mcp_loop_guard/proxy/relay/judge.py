@@ -137,7 +137,7 @@ class Judge:
         ``trace``: where the client's trace context may be (``traceparent``, ``tracestate``).
         """
         policy = self.policies(server, upstream_tool)
-        arguments_map = arguments if isinstance(arguments, Mapping) else None
+        arguments_map = arguments if isinstance(arguments, dict | Mapping) else None
         call = call_of(tool, arguments_map, annotations, trusted=policy.trust_annotations)
         now = self.clock()
         self.agent.begun += 1
