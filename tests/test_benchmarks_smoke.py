@@ -46,3 +46,21 @@ def test_store_cost_smoke_run() -> None:
     assert {"detector alone", "memory", "sqlite", "sqlite-held", "redis", "1,000", "largest on the way"} <= rows, (
         done.stdout
     )
+
+
+def test_cold_cost_smoke_run() -> None:
+    """`python -m benchmarks.cold_cost --size smoke` times every step three ways."""
+    done = subprocess.run(
+        [sys.executable, "-m", "benchmarks.cold_cost", "--size", "smoke"],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    rows = [line.split("│") for line in done.stdout.splitlines() if line.count("│") == 6]
+    steps = {row[1].strip(): row[2:5] for row in rows}
+    expected = {"call fingerprint (call_of)", "result fingerprint (outcome_of)", "empty function"}
+    assert expected <= set(steps), done.stdout
+    assert all(float(cell) > 0 for cells in steps.values() for cell in cells), done.stdout
