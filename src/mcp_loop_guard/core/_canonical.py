@@ -9,7 +9,8 @@ is refused where it may differ: any number with a fraction or exponent (its floa
 formatting is not ``repr``'s), any ``null`` (it writes NaN and infinities as ``null``),
 ``_meta`` to drop. The C ``json`` encoder then takes what has no integral float, which it
 prints as ``1.0``. Everything else goes through an iterative encoder that has no recursion
-limit and prints any int, however long.
+limit and prints any int, however long. (orjson also encodes enums and UUIDs, which the
+other encoders refuse; parsed JSON, which is what the guard fingerprints, holds neither.)
 """
 
 from __future__ import annotations
