@@ -87,10 +87,10 @@ class LineReader:
             return
         self._pieces.append(piece)
         self._held += len(piece)
-        if self._held > self.limit:
-            held = b"".join(self._pieces)
-            self._skipped, self._head, self._tail = len(held), held[:_KEEP], held[-_KEEP:]
-            self._pieces.clear()
+        if self._held > self.limit:  # keep the two ends only, without joining what is dropped
+            pieces = self._pieces
+            self._skipped, self._head, self._tail = self._held, _ends(pieces, 0), _ends(pieces[::-1], -1)
+            pieces.clear()
             self._held = 0
 
     def _finish(self) -> bytes | Oversized:
@@ -103,3 +103,16 @@ class LineReader:
         pieces.clear()
         self._held = 0
         return line
+
+
+def _ends(pieces: list[bytes], end: int) -> bytes:
+    """The first (``end`` 0) or last (-1) ``_KEEP`` bytes of ``pieces`` (given in that end's order)."""
+    kept: list[bytes] = []
+    size = 0
+    for piece in pieces:
+        part = piece[: _KEEP - size] if end == 0 else piece[-(_KEEP - size) :]
+        kept.append(part)
+        size += len(part)
+        if size >= _KEEP:
+            break
+    return b"".join(kept if end == 0 else kept[::-1])
