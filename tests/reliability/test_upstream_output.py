@@ -5,6 +5,9 @@ result, the guard stays up and keeps serving, and its log says what happened onc
 
 from __future__ import annotations
 
+import fcntl
+import os
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -119,6 +122,39 @@ async def test_oversized_answer_gives_an_error_result_naming_the_limit(raw_guard
     assert result_texts(fits) == ["x" * (limit // 2)]
     # Two 64 MiB answers streamed through; holding one would have taken at least that much.
     assert after - before < 16 * 1024 * 1024, f"peak RSS grew by {(after - before) / 2**20:.1f} MiB"
+
+
+def _write_pipe_sizes(pid: int) -> set[int]:
+    """The buffer sizes of the pipes a process writes to (its client's, its upstream's stdin)."""
+    sizes = set()
+    for fd in Path(f"/proc/{pid}/fd").iterdir():
+        flags = int(Path(f"/proc/{pid}/fdinfo/{fd.name}").read_text().split("flags:")[1].split()[0], 8)
+        if os.readlink(fd).startswith("pipe:") and flags & os.O_ACCMODE == os.O_WRONLY:
+            opened = os.open(fd, os.O_WRONLY | os.O_NONBLOCK)
+            try:
+                sizes.add(fcntl.fcntl(opened, fcntl.F_GETPIPE_SZ))
+            finally:
+                os.close(opened)
+    return sizes
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="pipe buffer sizes are a Linux setting")
+async def test_the_pipe_to_the_client_grows_to_a_megabyte_for_a_large_result(raw_guard: RawConnector) -> None:
+    """A large result is handed to the client at once, not 64 KB per wake-up of the guard.
+
+    The pipe grows only when a message does not fit: Linux counts pipe buffers per user, and
+    a user over its allowance gets one-page pipes everywhere.
+    """
+    async with raw_guard(GARBAGE) as guard:
+        with anyio.fail_after(10):
+            await guard.assert_serving()
+        before = _write_pipe_sizes(guard.process.pid)
+        with anyio.fail_after(30):
+            answer = await guard.call_tool("huge", {"size": 256 * 1024})
+        after = _write_pipe_sizes(guard.process.pid)
+    assert result_texts(answer) == ["x" * 256 * 1024]
+    assert before == {64 * 1024, 1 << 20}, "the client's pipe as it came, the upstream's enlarged at its start"
+    assert after == {1 << 20}
 
 
 async def _ping_time(guard: RawGuard) -> float:

@@ -9,7 +9,6 @@ grandchild holding the pipes would make a dead upstream look alive.
 
 from __future__ import annotations
 
-import fcntl
 import logging
 import os
 import shlex
@@ -23,7 +22,7 @@ from dataclasses import dataclass, field
 
 import anyio
 
-from mcp_loop_guard.proxy.wire.fd import Fd, Writer
+from mcp_loop_guard.proxy.wire.fd import PIPE_BYTES, Fd, Writer, enlarge_pipe
 from mcp_loop_guard.proxy.wire.lines import LineReader
 
 logger = logging.getLogger(__name__)
@@ -38,8 +37,6 @@ EOF_GRACE = 0.4
 """Seconds a child gets to exit by itself once its stdin is closed (MCP's way to ask it to stop)."""
 STDERR_TAIL_LINES = 5
 """How many of the child's last stderr lines an error message quotes."""
-_PIPE_SIZE = 1 << 20
-_F_SETPIPE_SZ = 1031  # Linux fcntl command; not exported by the fcntl module on Python 3.11
 
 _stderr_as_logs = False
 
@@ -57,8 +54,7 @@ class UpstreamStartError(Exception):
 def _pipe() -> tuple[int, int]:
     """A pipe with a 1 MB buffer where the system allows it: a large result then needs few wake-ups."""
     read_end, write_end = os.pipe()
-    with suppress(OSError):
-        fcntl.fcntl(write_end, _F_SETPIPE_SZ, _PIPE_SIZE)
+    enlarge_pipe(write_end)
     return read_end, write_end
 
 
@@ -263,6 +259,6 @@ def spawn(
             os.close(fd)
     for fd in (to_child, from_child, from_stderr):
         os.set_inheritable(fd, False)
-    child = ChildProcess(tuple(command), process, Fd(to_child), Fd(from_child, _PIPE_SIZE), Fd(from_stderr), display)
+    child = ChildProcess(tuple(command), process, Fd(to_child), Fd(from_child, PIPE_BYTES), Fd(from_stderr), display)
     _live.add(child)
     return child

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio  # noqa: TID251 - a descriptor watched across reads is asyncio's add_reader; anyio has none
 import errno
+import fcntl
 import os
 import stat
 from collections import deque
@@ -19,9 +20,24 @@ from contextlib import asynccontextmanager, suppress
 import anyio
 import anyio.to_thread
 
-__all__ = ["Fd", "Writer", "claimed_stdio"]
+__all__ = ["PIPE_BYTES", "Fd", "Writer", "claimed_stdio", "enlarge_pipe"]
 
 READ_CHUNK = 1 << 16
+PIPE_BYTES = 1 << 20
+"""The buffer the guard asks for on its pipes: a megabyte result then crosses in one write and one wake-up."""
+
+
+def enlarge_pipe(fd: int) -> None:
+    """Ask for a :data:`PIPE_BYTES` buffer on a pipe (Linux); elsewhere, or past the system's limits, it stays.
+
+    Linux counts pipe buffers per user, and past ``fs.pipe-user-pages-soft`` every new pipe of
+    that user gets a single page: a pipe that may never carry a large message is better left
+    as it is (see :attr:`Fd.grow`).
+    """
+    command = getattr(fcntl, "F_SETPIPE_SZ", None)
+    if command is not None and stat.S_ISFIFO(os.fstat(fd).st_mode):
+        with suppress(OSError):
+            fcntl.fcntl(fd, command, PIPE_BYTES)
 
 
 def _is_stream(fd: int) -> bool:
@@ -50,6 +66,8 @@ class Fd:
         """The loop writing the rest of a message as room comes, and the writer waiting for its end."""
         self._watched: asyncio.AbstractEventLoop | None = None
         """The loop watching the descriptor for reading, between one read and the next."""
+        self.grow = False
+        """Enlarge the pipe the first time a message does not fit (:func:`enlarge_pipe`)."""
 
     def close(self) -> None:
         """Close the descriptor, once, waking a task that waits on it first.
@@ -165,6 +183,12 @@ class Fd:
         view = view[self.write_now(view) :]
         if not view:
             return
+        if self.grow:
+            self.grow = False
+            enlarge_pipe(self.fd)
+            view = view[self.write_now(view) :]
+            if not view:
+                return
         loop = asyncio.get_running_loop()
         done: asyncio.Future[None] = loop.create_future()
 
@@ -266,6 +290,7 @@ async def claimed_stdio() -> AsyncIterator[tuple[Fd, Fd]]:
     for fd in (wire_in, wire_out):
         os.set_inheritable(fd, False)
     stdin, stdout = Fd(wire_in), Fd(wire_out)
+    stdout.grow = True  # a large result is then handed over at once, not 64 KB per wake-up
     try:
         yield stdin, stdout
     finally:
