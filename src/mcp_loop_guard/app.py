@@ -48,4 +48,4 @@ async def serve(plan: Plan, first: ChildProcess | None = None) -> int:
             return await serve_sdk_stdio(plan)
         from mcp_loop_guard.proxy.downstream.http.app import run_http  # noqa: PLC0415 - starlette, uvicorn load here
 
-        return await run_http(plan)
+        return await run_http(plan, first)

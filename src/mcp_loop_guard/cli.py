@@ -130,9 +130,9 @@ def _early_child(args: Sequence[str]) -> ChildProcess | UpstreamStartError | Non
     """Start the ``-- COMMAND`` upstream before anything else is imported.
 
     The upstream (often a Python or Node server that takes half a second to start) then
-    starts while the guard loads its own modules and settings, so the client waits for the
-    slower of the two, not for both. Only for the stdio transport; a bad setting found later
-    stops this child again.
+    starts while the guard loads its own modules and settings (over HTTP, its web stack and
+    the SDK too), so the client waits for the slower of the two, not for both. A bad setting
+    found later stops this child again.
     """
     if "--" not in args:
         return None
@@ -141,7 +141,7 @@ def _early_child(args: Sequence[str]) -> ChildProcess | UpstreamStartError | Non
     if not command or any(flag in options for flag in ("-h", "--help", "--version", "--config", "--upstream")):
         return None
     transport = _option(options, "--transport") or os.environ.get("LOOP_GUARD_TRANSPORT", "stdio")
-    if transport.strip().lower() != "stdio":
+    if transport.strip().lower() not in ("stdio", "http", "sse"):
         return None
     try:
         return spawn(command, cwd=_option(options, "--cwd"), display=shlex.join(command))
@@ -265,9 +265,11 @@ def _start(args_list: list[str], early: ChildProcess | UpstreamStartError | None
         return EXIT_USAGE
     _configure_logging(settings.log_level, settings.log_format, contents=settings.log_contents)
     if isinstance(early, UpstreamStartError):
-        logging.getLogger("mcp_loop_guard").error("%s", early)
-        return EXIT_START_FAILED
-    first = early if early is not None and decided.single_stdio is not None and settings.transport == "stdio" else None
+        if settings.transport == "stdio":
+            logging.getLogger("mcp_loop_guard").error("%s", early)
+            return EXIT_START_FAILED
+        early = None  # over HTTP a broken upstream is reported in /readyz and retried, never fatal
+    first = early if early is not None and decided.single_stdio is not None else None
     if first is not None:
         first.adopted = True
     return anyio.run(partial(serve, decided, first))

@@ -11,6 +11,7 @@ child through the SDK path.
 from __future__ import annotations
 
 import json
+import time
 import warnings
 from contextlib import AbstractAsyncContextManager
 from pathlib import Path
@@ -18,6 +19,7 @@ from typing import Any
 
 import anyio
 import httpx2
+import psutil
 import pytest
 from mcp import Client, types
 from mcp.client.streamable_http import streamable_http_client
@@ -33,6 +35,7 @@ from tests.harness import (
     counted_calls,
     everything_facts,
     fixture_command,
+    read_json_lines,
     texts,
 )
 from tests.http_harness import (
@@ -202,6 +205,25 @@ async def test_a_child_that_dies_is_started_again_for_the_sessions(rig: Rig, tmp
     assert texts(again) == ["back"]
     assert [p.pid for p in first] != [p.pid for p in second]
     assert len(second) == 1
+
+
+async def test_the_child_starts_before_the_guard_loads_its_http_stack_and_is_the_one_served(
+    rig: Rig, tmp_path: Path
+) -> None:
+    """``-- COMMAND`` over HTTP: the child starts while the guard loads (not after), and no second one is started."""
+    log = tmp_path / "lifecycle.jsonl"
+    command = ["--", *fixture_command("lifecycle_server")]
+    async with rig.guard(command, env={"LINE_SERVER_LOG": str(log)}) as guard:
+        ready = time.time()
+        async with open_http_session(guard.mcp_url) as client:
+            with anyio.fail_after(20):
+                await client.session.list_tools()
+        (child,) = _upstream_processes(guard, "lifecycle_server")
+        started, spawned = psutil.Process(guard.process.pid).create_time(), child.create_time()
+    starts = [entry for entry in read_json_lines(log) if entry.get("event") == "start"]
+    assert [entry["ppid"] for entry in starts] == [guard.process.pid], "one child, the guard's own"
+    # Loading the HTTP stack and the SDK takes most of the time to readiness; the child starts before it.
+    assert spawned - started < 0.3 * (ready - started), (spawned - started, ready - started)
 
 
 class _RawSession:

@@ -149,6 +149,22 @@ async def test_stdio_upstream_exiting_before_initialize(rig: Rig, tmp_path: Path
     assert upstream_status(later, "bad") != "ready", later.text
 
 
+async def test_a_command_that_cannot_start_is_reported_not_fatal(rig: Rig, tmp_path: Path) -> None:
+    """``-- COMMAND`` over HTTP with no such program: the guard serves, /readyz says why, and it keeps trying."""
+    missing = str(tmp_path / "no-such-server")
+    async with rig.guard(["--", missing]) as guard:
+        with anyio.fail_after(10):
+            ready = await readyz(guard)
+        health = await http_get(guard.url("/healthz"))
+        await guard.stays_up(0.5)
+    assert health.status_code == 200
+    assert ready.status_code == 503, ready.text
+    (upstream,) = ready.json()["upstreams"].values()
+    assert upstream["status"] == "down", ready.text
+    assert upstream["reason"] == "cannot start its command", ready.text
+    assert missing not in ready.text, "the command line stays out of what clients see"
+
+
 async def test_silent_http_upstream_does_not_hold_up_new_sessions(rig: Rig) -> None:
     """An HTTP upstream that accepts TCP and never answers: a new session's initialize is answered within 20 s."""
     async with rig.raw_http("silent") as silent:

@@ -34,7 +34,7 @@ from mcp_loop_guard.config import HttpServer, ServerSpec, StdioServer
 from mcp_loop_guard.core.fingerprint import canonical_json
 from mcp_loop_guard.plan import Limits
 from mcp_loop_guard.proxy.upstream.backoff import Backoff
-from mcp_loop_guard.proxy.upstream.child import UpstreamStartError
+from mcp_loop_guard.proxy.upstream.child import ChildProcess, UpstreamStartError
 from mcp_loop_guard.proxy.upstream.session import Downstream, Upstream, UpstreamGoneError
 from mcp_loop_guard.proxy.upstream.transports import open_http_upstream, open_stdio_upstream
 
@@ -70,8 +70,8 @@ def reason_of(error: BaseException) -> str:
 
 
 @asynccontextmanager
-async def open_upstream(spec: ServerSpec, limits: Limits) -> AsyncIterator[Upstream]:
-    """Open a connection (the handshake is left to the caller).
+async def open_upstream(spec: ServerSpec, limits: Limits, first: ChildProcess | None = None) -> AsyncIterator[Upstream]:
+    """Open a connection (the handshake is left to the caller); ``first``: a stdio server's child, started already.
 
     Raises:
         UpstreamStartError: a stdio command that cannot be started.
@@ -79,7 +79,7 @@ async def open_upstream(spec: ServerSpec, limits: Limits) -> AsyncIterator[Upstr
     """
     opened: AbstractAsyncContextManager[Upstream]
     if isinstance(spec, StdioServer):
-        opened = open_stdio_upstream(spec, max_bytes=limits.max_message_bytes)
+        opened = open_stdio_upstream(spec, max_bytes=limits.max_message_bytes, first=first)
     else:
         opened = open_http_upstream(spec.name, spec.url, transport=spec.transport, headers=spec.headers)
     async with opened as upstream:
@@ -151,9 +151,19 @@ class Slot:
     """One configured upstream: its status, its identity, and how sessions reach it."""
 
     def __init__(
-        self, spec: ServerSpec, *, shared: bool, limits: Limits | None = None, backoff: Backoff | None = None
+        self,
+        spec: ServerSpec,
+        *,
+        shared: bool,
+        limits: Limits | None = None,
+        backoff: Backoff | None = None,
+        first: ChildProcess | None = None,
     ) -> None:
-        """``shared``: one connection for every session (else one per session, plus a probe)."""
+        """``shared``: one connection for every session (else one per session, plus a probe).
+
+        ``first``: the server's child when it was started before the guard loaded its HTTP
+        stack; its first connection takes it instead of starting another.
+        """
         self.spec = spec
         self.name = spec.name
         self.shared = shared
@@ -173,6 +183,7 @@ class Slot:
         self.supervised = False
         """A supervisor keeps a connection (or probe) up: its status says whether sessions should try it."""
         self._backoff = backoff or Backoff()
+        self._first = first
         self._listeners: list[Callable[[Slot, bool], None]] = []
         self._tools_digest: str | None = None
 
@@ -230,7 +241,8 @@ class Slot:
 
     async def _serve_once(self) -> str:
         """One connection, from opening to its end; returns why it ended."""
-        async with open_upstream(self.spec, self.limits) as upstream:
+        first, self._first = self._first, None
+        async with open_upstream(self.spec, self.limits, first) as upstream:
             if self.shared:
                 upstream.downstream = self.router
             await upstream.connect(PROXY_INFO, SHARED_CAPABILITIES if self.shared else types.ClientCapabilities())

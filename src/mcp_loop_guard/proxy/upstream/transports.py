@@ -121,8 +121,10 @@ async def _read_child(mux: Mux, send: MemoryObjectSendStream[SessionMessage | Ex
 
 
 @asynccontextmanager
-async def open_stdio_upstream(spec: StdioServer, *, max_bytes: int) -> AsyncIterator[Upstream]:
-    """Start the upstream command; the MCP handshake waits for :meth:`Upstream.connect`.
+async def open_stdio_upstream(
+    spec: StdioServer, *, max_bytes: int, first: ChildProcess | None = None
+) -> AsyncIterator[Upstream]:
+    """Start the upstream command, or take ``first`` (started already); the handshake waits for ``connect``.
 
     The child's stdio is a :class:`Mux`: relayed sessions share it with the SDK session
     (``upstream.mux``).
@@ -130,7 +132,9 @@ async def open_stdio_upstream(spec: StdioServer, *, max_bytes: int) -> AsyncIter
     Raises:
         UpstreamStartError: the command cannot be started.
     """
-    child = spawn([spec.command, *spec.args], env=spec.env, cwd=spec.cwd, display=spec.display)
+    if first is None:
+        first = spawn([spec.command, *spec.args], env=spec.env, cwd=spec.cwd, display=spec.display)
+    child = first
     read_send, read_receive = anyio.create_memory_object_stream[SessionMessage | Exception](16)
     write_send, write_receive = anyio.create_memory_object_stream[SessionMessage](16)
     try:

@@ -39,7 +39,7 @@ from mcp_loop_guard.proxy.downstream.http.sessionless import Sessionless
 from mcp_loop_guard.proxy.downstream.http.sessions import GuardSessions
 from mcp_loop_guard.proxy.downstream.sessions import SessionFactory
 from mcp_loop_guard.proxy.relay.session_server import STOPPING
-from mcp_loop_guard.proxy.upstream.child import terminate_all_now
+from mcp_loop_guard.proxy.upstream.child import ChildProcess, terminate_all_now
 from mcp_loop_guard.proxy.upstream.pool import Slot
 from mcp_loop_guard.reload import on_sighup, reloader_for
 from mcp_loop_guard.store import MemoryStore, Store, StoreHealth
@@ -62,13 +62,14 @@ class _Uvicorn(uvicorn.Server):
         yield
 
 
-def _slot(plan: Plan, spec: ServerSpec) -> Slot:
+def _slot(plan: Plan, spec: ServerSpec, first: ChildProcess | None = None) -> Slot:
     """HTTP upstreams get a connection per session; stdio upstreams one shared child each."""
-    return Slot(spec, shared=not isinstance(spec, HttpServer), limits=plan.limits)
+    return Slot(spec, shared=not isinstance(spec, HttpServer), limits=plan.limits, first=first)
 
 
-def _slots(plan: Plan) -> list[Slot]:
-    return [_slot(plan, spec) for spec in plan.config.servers]
+def _slots(plan: Plan, first: ChildProcess | None) -> list[Slot]:
+    """``first``: the one stdio server's child, started before the guard loaded its HTTP stack."""
+    return [_slot(plan, spec, first if spec is plan.single_stdio else None) for spec in plan.config.servers]
 
 
 class Front(Protocol):
@@ -237,23 +238,26 @@ async def _watch_signals(stop: _Stop) -> None:
             stop.main.cancel()
 
 
-async def run_http(plan: Plan) -> int:
-    """Start every upstream, then serve until a signal says stop; 128 + the signal, or 0."""
+async def run_http(plan: Plan, first: ChildProcess | None = None) -> int:
+    """Start every upstream, then serve until a signal says stop; 128 + the signal, or 0.
+
+    ``first``: the one stdio server's child, when it was started before the event loop.
+    """
     stop = _Stop()
     async with anyio.create_task_group() as outer:
         outer.start_soon(_watch_signals, stop)
         with stop.main:
-            await _serve(plan, stop)
+            await _serve(plan, stop, first)
         outer.cancel_scope.cancel()
     return 128 + stop.received[0] if stop.received else 0
 
 
-async def _serve(plan: Plan, stop: _Stop) -> None:
+async def _serve(plan: Plan, stop: _Stop, first: ChildProcess | None) -> None:
     settings = plan.settings
     metrics = Metrics()
     logging.getLogger("asyncio").addFilter(OnceInAWhile())
     descriptors = raise_open_file_limit()
-    slots = _slots(plan)
+    slots = _slots(plan, first)
     factory = SessionFactory(
         plan, slots, on_dropped=metrics.dropped, on_listed=metrics.learn, make_slot=lambda spec: _slot(plan, spec)
     )
