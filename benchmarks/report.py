@@ -18,7 +18,7 @@ TITLES = {
     "http": "streamable HTTP: concurrent sessions, sequential calls each",
     "fingerprint": "fingerprint throughput: result_key on large results",
     "memory": "memory: detector state per session; resident memory with idle HTTP sessions",
-    "startup": "start-up over stdio: spawn to initialize answered, and resident memory then",
+    "startup": "start-up: spawn to initialize answered over stdio (and resident memory then); to /readyz over HTTP",
 }
 
 COLUMNS: dict[str, tuple[str, str]] = {

@@ -357,6 +357,13 @@ async def _startup(run: Run, task: TaskID) -> None:
     vias = [Via(DIRECT, server), *(Via(build.label, build.command(server), build.env) for build in run.builds)]
     run.rows += await startup.measure(vias, run.size.startup_rounds, run.log, run.advancer(task))
 
+    def http_guard(build: GuardBuild) -> Callable[[int], Via]:
+        return lambda port: Via(build.label, build.http_stdio_command(port, server), build.env)
+
+    run.rows += await startup.measure_http(
+        [http_guard(build) for build in run.builds], run.size.startup_rounds, run.log
+    )
+
 
 async def _profile(run: Run, task: TaskID) -> None:
     from benchmarks import guard_profile

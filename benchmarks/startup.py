@@ -1,4 +1,4 @@
-"""Scenario: start-up over stdio and resident memory after ``initialize``.
+"""Scenario: start-up over stdio and resident memory after ``initialize``; an HTTP guard's start-up.
 
 A client that starts a server waits from spawning it to the answer to ``initialize``; some
 give up after a few seconds and the model's first turn has none of the server's tools. Each
@@ -6,6 +6,9 @@ round spawns every target in turn (direct, then through each guard revision) wit
 stdio client, times spawn to ``initialize`` answered, and reads the resident memory of the
 process the client started (the guard itself, or the server when direct), then stops it.
 The upstream is ``mcp-server-time`` (a Python server from PyPI), as a user would wrap it.
+
+The same server behind an HTTP guard (``--transport http -- mcp-server-time``, as in a
+container): spawn to ``/readyz`` answering 200, each guard revision in turn.
 """
 
 from __future__ import annotations
@@ -14,18 +17,20 @@ import shutil
 import sys
 import time
 from collections.abc import Callable, Sequence
+from contextlib import suppress
 from pathlib import Path
 from typing import TextIO
 
 import anyio
 from mcp import ClientSession, StdioServerParameters, stdio_client
 
-from benchmarks.processes import BenchmarkError, Via, child_pids, new_child
+from benchmarks.processes import BenchmarkError, Via, background_server, child_pids, free_port, new_child
 from benchmarks.results import DIRECT, Row
 from benchmarks.stats import summarize
 
 SCENARIO = "startup"
 START_SECONDS = 60.0
+HTTP_CASE = "spawn to /readyz · HTTP guard, mcp-server-time over stdio"
 
 
 def time_server_command() -> list[str] | None:
@@ -76,3 +81,39 @@ async def measure(vias: Sequence[Via], rounds: int, errlog: TextIO, advance: Cal
         }
         rows.append(Row(SCENARIO, "spawn to initialize · mcp-server-time", via.name, values, via.note))
     return rows
+
+
+async def _ready(port: int) -> bool:
+    """Whether ``/readyz`` answers 200 (every upstream connected)."""
+    request = f"GET /readyz HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nConnection: close\r\n\r\n".encode()
+    async with await anyio.connect_tcp("127.0.0.1", port) as stream:
+        await stream.send(request)
+        answer = b""
+        with suppress(anyio.EndOfStream, anyio.BrokenResourceError):
+            while b"\r\n" not in answer:
+                answer += await stream.receive()
+    return answer.startswith(b"HTTP/1.1 200")
+
+
+async def _ready_once(via: Via, port: int, errlog: TextIO) -> float:
+    """Seconds from spawning an HTTP guard to its ``/readyz`` answering 200."""
+    started = time.perf_counter()
+    async with background_server(via.argv, port, errlog, via.env, startup_seconds=START_SECONDS):
+        with anyio.fail_after(START_SECONDS):
+            while not await _ready(port):  # noqa: ASYNC110 - readiness is asked over HTTP, nothing to wait on
+                await anyio.sleep(0.01)
+        return time.perf_counter() - started
+
+
+async def measure_http(vias: Sequence[Callable[[int], Via]], rounds: int, errlog: TextIO) -> list[Row]:
+    """``rounds`` start-ups of every HTTP guard (``vias``: its command for a port), interleaved; p50 to ready."""
+    times: dict[str, list[float]] = {}
+    for index in range(rounds):
+        for make in vias if index % 2 == 0 else list(reversed(vias)):
+            port = free_port()
+            via = make(port)
+            times.setdefault(via.name, []).append(await _ready_once(via, port, errlog))
+    return [
+        Row(SCENARIO, HTTP_CASE, name, {"n": rounds, "start_ms": summarize(samples).p50 * 1e3})
+        for name, samples in times.items()
+    ]
