@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import fcntl
 import os
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -138,7 +137,6 @@ def _write_pipe_sizes(pid: int) -> set[int]:
     return sizes
 
 
-@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="pipe buffer sizes are a Linux setting")
 async def test_the_pipe_to_the_client_grows_to_a_megabyte_for_a_large_result(raw_guard: RawConnector) -> None:
     """A large result is handed to the client at once, not 64 KB per wake-up of the guard.
 
