@@ -29,8 +29,13 @@ INITIALIZE = {
 
 
 def _forked_children() -> set[int]:
-    servers = [p for p in psutil.process_iter(["cmdline"]) if str(prefork_socket()) in (p.info["cmdline"] or [])]
-    server = next(p for p in servers if "serve" in p.info["cmdline"])
+    """The live forks of this test process's fork server.
+
+    The server is found as this process's own child: its forks run without ``exec``, so they
+    carry its command line too, and once process ids wrap around one may come first by pid.
+    """
+    path = str(prefork_socket())
+    (server,) = (p for p in psutil.Process().children() if "serve" in p.cmdline() and path in p.cmdline())
     return {child.pid for child in server.children()}
 
 
