@@ -363,6 +363,19 @@ async def _startup(run: Run, task: TaskID) -> None:
     run.rows += await startup.measure_http(
         [http_guard(build) for build in run.builds], run.size.startup_rounds, run.log
     )
+    everything_http = everything_command("streamableHttp")
+    if everything_http is None:
+        run.skip("startup", startup.RELAY_CASE, DIRECT, EVERYTHING_MISSING)
+        return
+    port = free_port()
+    url = f"http://127.0.0.1:{port}/mcp"
+    async with background_server(everything_http, port, run.log, {"PORT": str(port)}):
+
+        def relay(build: GuardBuild) -> Callable[[int], Via]:
+            return lambda guard_port: Via(build.label, build.http_command(guard_port, url), build.env)
+
+        vias = [relay(build) for build in run.builds]
+        run.rows += await startup.measure_http(vias, run.size.startup_rounds, run.log, startup.RELAY_CASE)
 
 
 async def _profile(run: Run, task: TaskID) -> None:

@@ -8,7 +8,8 @@ process the client started (the guard itself, or the server when direct), then s
 The upstream is ``mcp-server-time`` (a Python server from PyPI), as a user would wrap it.
 
 The same server behind an HTTP guard (``--transport http -- mcp-server-time``, as in a
-container): spawn to ``/readyz`` answering 200, each guard revision in turn.
+container), and an HTTP guard in front of server-everything over HTTP (``--upstream URL``,
+started once): spawn to ``/readyz`` answering 200, each guard revision in turn.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from benchmarks.stats import summarize
 SCENARIO = "startup"
 START_SECONDS = 60.0
 HTTP_CASE = "spawn to /readyz · HTTP guard, mcp-server-time over stdio"
+RELAY_CASE = "spawn to /readyz · HTTP guard, server-everything over HTTP"
 
 
 def time_server_command() -> list[str] | None:
@@ -105,7 +107,9 @@ async def _ready_once(via: Via, port: int, errlog: TextIO) -> float:
         return time.perf_counter() - started
 
 
-async def measure_http(vias: Sequence[Callable[[int], Via]], rounds: int, errlog: TextIO) -> list[Row]:
+async def measure_http(
+    vias: Sequence[Callable[[int], Via]], rounds: int, errlog: TextIO, case: str = HTTP_CASE
+) -> list[Row]:
     """``rounds`` start-ups of every HTTP guard (``vias``: its command for a port), interleaved; p50 to ready."""
     times: dict[str, list[float]] = {}
     for index in range(rounds):
@@ -114,6 +118,6 @@ async def measure_http(vias: Sequence[Callable[[int], Via]], rounds: int, errlog
             via = make(port)
             times.setdefault(via.name, []).append(await _ready_once(via, port, errlog))
     return [
-        Row(SCENARIO, HTTP_CASE, name, {"n": rounds, "start_ms": summarize(samples).p50 * 1e3})
+        Row(SCENARIO, case, name, {"n": rounds, "start_ms": summarize(samples).p50 * 1e3})
         for name, samples in times.items()
     ]

@@ -35,6 +35,7 @@ from tests.http_harness import (
     open_http_session,
     payload_for,
     payload_verdict,
+    poll,
     raw_session,
     tool_call_body,
 )
@@ -189,6 +190,35 @@ async def test_an_unreachable_upstream_is_answered_and_the_guard_stays_up(rig: R
     assert "upstream 'gone' is unreachable" in error["message"]
     assert ready.status_code == 503
     assert ready.json()["upstreams"]["gone"]["status"] == "down"
+    assert ready.json()["upstreams"]["gone"]["reason"] == "unreachable"
+
+
+async def test_readyz_follows_the_server_down_and_back_and_names_a_refusal(rig: Rig, tmp_path: Path) -> None:
+    """The guard's own session with the server is pinged: a killed server turns /readyz 503, its return 200 again.
+
+    A server that refuses ``initialize`` (401) is named by its status, never by its URL.
+    """
+    port = free_port()
+    async with rig.counting_http(tmp_path / "calls.jsonl", port=port) as counting:
+        config = rig.config({"counting": {"type": "http", "url": counting.mcp_url}})
+        async with rig.guard(["--config", str(config)]) as guard:
+            up = await http_get(guard.url("/readyz"))
+            counting.process.kill()
+            await counting.process.wait()
+            with anyio.fail_after(30):
+                down = await poll(lambda: http_get(guard.url("/readyz")), lambda answer: answer.status_code == 503)
+            async with rig.counting_http(tmp_path / "calls.jsonl", port=port):
+                with anyio.fail_after(30):
+                    back = await poll(lambda: http_get(guard.url("/readyz")), lambda answer: answer.status_code == 200)
+    async with rig.raw_http("status:401") as refusing:
+        config = rig.config({"refusing": {"type": "http", "url": refusing.mcp_url}})
+        async with rig.guard(["--config", str(config)]) as guard:
+            refused = await http_get(guard.url("/readyz"))
+    assert up.json()["upstreams"]["counting"] == {"status": "ready", "reason": "connected", "restarts": 0}
+    assert down.json()["upstreams"]["counting"]["reason"] in ("failed a health check", "unreachable"), down.text
+    assert back.json()["upstreams"]["counting"]["restarts"] >= 1, back.text
+    assert refused.json()["upstreams"]["refusing"]["status"] == "down", refused.text
+    assert refused.json()["upstreams"]["refusing"]["reason"] == "HTTP 401", refused.text
 
 
 async def test_an_upstream_that_dies_mid_session_gives_the_call_an_error_result(rig: Rig, tmp_path: Path) -> None:
@@ -338,12 +368,36 @@ async def test_a_guard_started_again_serves_the_open_sessions_with_their_loop_st
     assert len(counted_calls(tmp_path / "calls.jsonl", "echo")) == 4
 
 
+def sdk_modules(guard: ServerProcess) -> set[str]:
+    """The SDK's modules the guard imported so far (it runs with ``PYTHONPROFILEIMPORTTIME``)."""
+    lines = guard.stderr_text().splitlines()
+    names = {line.rsplit("|", 1)[-1].strip() for line in lines if line.startswith("import time:")}
+    return {name for name in names if name.split(".")[0] in ("mcp", "mcp_types")}
+
+
 async def test_a_2026_client_in_front_of_a_handshake_era_server_is_translated(rig: Rig) -> None:
-    """server-everything speaks only the handshake era: a 2026-07-28 client gets through the guard's SDK path."""
-    async with everything_url(rig, "guarded") as (url, _), Client(url, mode="2026-07-28") as client:
-        with anyio.fail_after(30):
-            answers = [await client.call_tool("echo", {"message": "same"}) for _ in range(5)]
-        version = client.protocol_version
+    """server-everything speaks only the handshake era: a 2026-07-28 client gets through the guard's SDK path.
+
+    Only that request loads the SDK: until then the relay (its calls and its probe of the
+    server) runs on the guard's own JSON-RPC, which costs an HTTP guard a second less to start.
+    """
+    async with rig.everything_http() as everything:
+        config = rig.config({"everything": everything_http_entry(everything.mcp_url)})
+        async with rig.guard(["--config", str(config)], env={"PYTHONPROFILEIMPORTTIME": "1"}) as guard:
+            async with Client(guard.mcp_url, mode="legacy") as legacy:
+                with anyio.fail_after(30):
+                    relayed = await legacy.call_tool("echo", {"message": "relayed"})
+            ready = await http_get(guard.url("/readyz"))
+            before = sdk_modules(guard)
+            async with Client(guard.mcp_url, mode="2026-07-28") as client:
+                with anyio.fail_after(30):
+                    answers = [await client.call_tool("echo", {"message": "same"}) for _ in range(5)]
+                version = client.protocol_version
+            after = sdk_modules(guard)
+    assert texts(relayed) == ["Echo: relayed"]
+    assert ready.json()["upstreams"]["everything"]["status"] == "ready", ready.text
+    assert before == set(), sorted(before)[:10]
+    assert {"mcp", "mcp_types"} <= after
     assert version == "2026-07-28"
     assert texts(answers[0]) == ["Echo: same"]
     assert [action(answer) for answer in answers] == [None, None, "warn", "warn", "block"]

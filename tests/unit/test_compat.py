@@ -11,8 +11,10 @@ import pytest
 from mcp.server import Server
 from mcp.shared.exceptions import MCPError
 from mcp.shared.message import SessionMessage
+from mcp_types import version
 
 from mcp_loop_guard.proxy import compat
+from mcp_loop_guard.proxy.wire import eras
 
 pytestmark = pytest.mark.anyio
 
@@ -90,3 +92,12 @@ def test_forget_server_info_makes_the_server_stamp_its_new_identity() -> None:
     assert server.server_info_stamp["name"] == "before", "the SDK no longer caches the stamp: compat can go"
     compat.forget_server_info(server)
     assert server.server_info_stamp["name"] == "after"
+
+
+def test_the_eras_copied_for_the_relays_are_the_sdks() -> None:
+    """The relays name the protocol's eras without loading the SDK: their copy must be the SDK's own."""
+    assert tuple(version.HANDSHAKE_PROTOCOL_VERSIONS) == eras.HANDSHAKE_PROTOCOL_VERSIONS
+    assert tuple(version.MODERN_PROTOCOL_VERSIONS) == eras.MODERN_PROTOCOL_VERSIONS
+    assert types.PROTOCOL_VERSION_META_KEY == eras.PROTOCOL_VERSION_META_KEY
+    assert types.CLIENT_INFO_META_KEY == eras.CLIENT_INFO_META_KEY
+    assert types.CLIENT_CAPABILITIES_META_KEY == eras.CLIENT_CAPABILITIES_META_KEY

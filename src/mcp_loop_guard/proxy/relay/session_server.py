@@ -25,6 +25,7 @@ from mcp_loop_guard.proxy.relay.aggregate import Aggregate, for_era
 from mcp_loop_guard.proxy.relay.context import Context
 from mcp_loop_guard.proxy.relay.judge import Judge, Refusal
 from mcp_loop_guard.proxy.relay.sdk_server import SessionDownstream, SessionServer, client_identity, strip_envelope
+from mcp_loop_guard.proxy.relay.stopping import STOPPING
 from mcp_loop_guard.proxy.relay.verdicts import failed
 from mcp_loop_guard.proxy.upstream.links import Link
 from mcp_loop_guard.proxy.upstream.session import UpstreamGoneError
@@ -33,24 +34,6 @@ from mcp_loop_guard.tracing import CARRIER_KEYS
 
 logger = logging.getLogger(__name__)
 
-
-class Stopping:
-    """The guard is shutting down: calls in flight are answered with an error instead of cut off."""
-
-    def __init__(self) -> None:
-        """Not stopping yet."""
-        self.flag = False
-        self.scopes: set[anyio.CancelScope] = set()
-
-    def set(self) -> None:
-        """Stop: every relayed request in flight ends now."""
-        self.flag = True
-        for scope in list(self.scopes):
-            scope.cancel()
-
-
-STOPPING = Stopping()
-"""Process-wide: set at the first SIGTERM or SIGINT of an HTTP guard."""
 
 JudgeOf = Callable[[Context], Awaitable[Judge]]
 """The judge of the agent a request belongs to (the session's own, or a keyed agent's)."""

@@ -16,7 +16,8 @@ from mcp.shared.exceptions import MCPError
 from mcp_loop_guard.core.fingerprint import canonical_json
 from mcp_loop_guard.proxy.upstream.backoff import Backoff
 from mcp_loop_guard.proxy.upstream.child import UpstreamStartError
-from mcp_loop_guard.proxy.upstream.pool import Slot, open_upstream, reason_of
+from mcp_loop_guard.proxy.upstream.health import reason_of
+from mcp_loop_guard.proxy.upstream.pool import Slot, open_upstream
 from mcp_loop_guard.proxy.upstream.session import Downstream, Upstream, UpstreamGoneError
 
 logger = logging.getLogger(__name__)

@@ -12,11 +12,11 @@ from typing import Any
 
 import anyio
 import anyio.abc
-from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS
 
 from mcp_loop_guard.proxy.upstream.channel import Incoming, UpstreamDownError
 from mcp_loop_guard.proxy.upstream.mux import Item, Mux
 from mcp_loop_guard.proxy.wire import messages as wire
+from mcp_loop_guard.proxy.wire.eras import HANDSHAKE_PROTOCOL_VERSIONS
 from mcp_loop_guard.proxy.wire.messages import Message, RequestId
 
 __all__ = ["MuxView"]

@@ -18,8 +18,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
-import re
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from typing import Any, Literal
 
@@ -35,6 +34,7 @@ from mcp_loop_guard.core.fingerprint import canonical_json
 from mcp_loop_guard.plan import Limits
 from mcp_loop_guard.proxy.upstream.backoff import Backoff
 from mcp_loop_guard.proxy.upstream.child import ChildProcess, UpstreamStartError
+from mcp_loop_guard.proxy.upstream.health import HEALTH_INTERVAL, HTTP_HANDSHAKE_TIMEOUT, Supervised, reason_of
 from mcp_loop_guard.proxy.upstream.session import Downstream, Upstream, UpstreamGoneError
 from mcp_loop_guard.proxy.upstream.transports import open_http_upstream, open_stdio_upstream
 
@@ -54,19 +54,6 @@ SHARED_CAPABILITIES = types.ClientCapabilities(
 """A shared connection serves clients of every kind, so it claims the per-request client
 features (answering with an error for a client that lacks one) but not roots: one server
 process cannot have each client's roots."""
-
-HTTP_HANDSHAKE_TIMEOUT = 15.0
-"""Seconds an HTTP upstream may take to answer initialize (stdio ones get longer: ``npx`` may download)."""
-HEALTH_INTERVAL = 10.0
-"""Seconds between pings of an idle HTTP upstream, to notice it went away."""
-
-
-def reason_of(error: BaseException) -> str:
-    """One line saying why an upstream connection failed, for logs (never the whole traceback)."""
-    if isinstance(error, BaseExceptionGroup):
-        return "; ".join(reason_of(inner) for inner in error.exceptions[:3])
-    text = str(error) or type(error).__name__
-    return text.splitlines()[0][:500]
 
 
 @asynccontextmanager
@@ -147,8 +134,10 @@ class SharedRouter:
             await downstream.notify(notification)
 
 
-class Slot:
+class Slot(Supervised):
     """One configured upstream: its status, its identity, and how sessions reach it."""
+
+    expected = (UpstreamStartError, UpstreamGoneError, MCPError, OSError)
 
     def __init__(
         self,
@@ -164,39 +153,17 @@ class Slot:
         ``first``: the server's child when it was started before the guard loaded its HTTP
         stack; its first connection takes it instead of starting another.
         """
-        self.spec = spec
-        self.name = spec.name
+        super().__init__(spec, backoff)
         self.shared = shared
         self.limits = limits or Limits()
         self.call_timeout = spec.call_timeout or self.limits.call_timeout
         """Seconds a request to this upstream may go without an answer or progress; None: no limit."""
-        self.status: Status = "starting"
-        self.detail = "not connected yet"
-        """Why it is down, for logs (may name the command and its last stderr lines)."""
-        self.reason = "not connected yet"
-        """Why it is down, for ``/readyz`` and other clients: no command line, no stderr, no secret."""
         self.identity: types.InitializeResult | None = None
         self.connection: Upstream | None = None
         """The shared connection (shared slots) or the probe (per-session slots), while ready."""
         self.router = SharedRouter(spec.name)
-        self.restarts = 0
-        self.supervised = False
-        """A supervisor keeps a connection (or probe) up: its status says whether sessions should try it."""
-        self._backoff = backoff or Backoff()
         self._first = first
-        self._listeners: list[Callable[[Slot, bool], None]] = []
         self._tools_digest: str | None = None
-
-    def on_change(self, listener: Callable[[Slot, bool], None]) -> None:
-        """Call ``listener(slot, tools_changed)`` when the slot goes up or down, or comes back with other tools."""
-        self._listeners.append(listener)
-
-    def _set(self, status: Status, detail: str, reason: str, *, tools_changed: bool = False) -> None:
-        changed = status != self.status
-        self.status, self.detail, self.reason = status, detail, reason
-        if changed or tools_changed:
-            for listener in list(self._listeners):
-                listener(self, tools_changed)
 
     async def _tools_changed(self, upstream: Upstream) -> bool:
         """Whether a (re)connected upstream lists other tools than last time."""
@@ -211,33 +178,8 @@ class Slot:
         previous, self._tools_digest = self._tools_digest, digest
         return previous is not None and previous != digest
 
-    async def wait_settled(self, limit: float) -> None:
-        """Wait until the first connection attempt has succeeded or failed."""
-        with anyio.move_on_after(limit):
-            while self.status == "starting":  # noqa: ASYNC110 - status changes have no single event
-                await anyio.sleep(0.02)
-
-    async def supervise(self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
-        """Keep the shared connection (or the probe) up, restarting it with backoff forever."""
-        self.supervised = True
-        task_status.started()
-        attempt = 1
-        while True:
-            try:
-                reason = await self._serve_once()
-                attempt = 1
-            except Exception as exc:
-                known = _expected(exc)
-                if known is None:
-                    logger.warning("upstream %r failed unexpectedly", self.name, exc_info=exc)
-                reason = reason_of(known or exc)
-            self.connection = None
-            self._set("down", reason, _public_reason(reason, self.spec))
-            delay = self._backoff.delay(attempt)
-            logger.warning("upstream %r is down (%s); reconnecting in %.1fs", self.name, reason, delay)
-            attempt += 1
-            self.restarts += 1
-            await anyio.sleep(delay)
+    def _lost(self) -> None:
+        self.connection = None
 
     async def _serve_once(self) -> str:
         """One connection, from opening to its end; returns why it ended."""
@@ -271,44 +213,3 @@ class Slot:
             reason = await upstream.wait_gone()
             tg.cancel_scope.cancel()
         return reason
-
-
-_EXPECTED = (UpstreamStartError, UpstreamGoneError, MCPError, OSError)
-"""How an upstream connection normally fails: said in one line, no traceback."""
-
-
-def _expected(exc: BaseException) -> BaseException | None:
-    """``exc``, or the first expected failure inside a group of them (task groups wrap what they raise)."""
-    if isinstance(exc, _EXPECTED):
-        return exc
-    if isinstance(exc, BaseExceptionGroup):
-        for inner in exc.exceptions:
-            found = _expected(inner)
-            if found is not None:
-                return found
-    return None
-
-
-_EXIT = re.compile(r"exited with status -?\d+|was killed by (?:SIG[A-Z0-9]+|signal \d+)")
-_HTTP_STATUS = re.compile(r"\b([45]\d\d)\b")
-
-
-def _public_reason(reason: str, spec: ServerSpec) -> str:
-    """What ``/readyz`` may say of a failure: its kind and status, never a command line, stderr line or URL."""
-    lowered = reason.lower()
-    found = _EXIT.search(reason)
-    if found is not None:
-        return found.group(0)
-    for words, said in (
-        ("cannot start", "cannot start its command"),
-        ("did not answer initialize", "did not answer initialize"),
-        ("failed a health check", "failed a health check"),
-    ):
-        if words in lowered:
-            return said
-    status = _HTTP_STATUS.search(reason) if isinstance(spec, HttpServer) else None
-    if status is not None:
-        return f"HTTP {status.group(1)}"
-    if "refused initialize" in lowered:
-        return "refused initialize"
-    return "down" if isinstance(spec, StdioServer) else "unreachable"

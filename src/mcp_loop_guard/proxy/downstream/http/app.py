@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import logging
 import signal
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from contextlib import contextmanager
-from typing import Any, Protocol
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Protocol
 
 import anyio
 import anyio.abc
@@ -29,25 +30,25 @@ from mcp_loop_guard.plan import Plan
 from mcp_loop_guard.proxy.downstream.agents import opened_events, opened_store
 from mcp_loop_guard.proxy.downstream.http.admin import ADMIN_PREFIX, Admin, LiveAgent
 from mcp_loop_guard.proxy.downstream.http.agents import Agents
-from mcp_loop_guard.proxy.downstream.http.channeled import ChanneledRelay
 from mcp_loop_guard.proxy.downstream.http.middleware import AuthGuard, BodyGuard, HostGuard, security_settings
-from mcp_loop_guard.proxy.downstream.http.muxed import MuxedRelay
+from mcp_loop_guard.proxy.downstream.http.probe import HttpProbe
 from mcp_loop_guard.proxy.downstream.http.protocol import OnceInAWhile, protocol_class, raise_open_file_limit
 from mcp_loop_guard.proxy.downstream.http.relayed import HttpRelay
-from mcp_loop_guard.proxy.downstream.http.session_relay import SessionRelay
-from mcp_loop_guard.proxy.downstream.http.sessionless import Sessionless
-from mcp_loop_guard.proxy.downstream.http.sessions import GuardSessions
-from mcp_loop_guard.proxy.downstream.sessions import SessionFactory
-from mcp_loop_guard.proxy.relay.session_server import STOPPING
+from mcp_loop_guard.proxy.downstream.http.translating import START_TIMEOUT, Translating
+from mcp_loop_guard.proxy.relay.events import EventLog
+from mcp_loop_guard.proxy.relay.stopping import STOPPING
 from mcp_loop_guard.proxy.upstream.child import ChildProcess, terminate_all_now
-from mcp_loop_guard.proxy.upstream.pool import Slot
+from mcp_loop_guard.proxy.upstream.health import Supervised
 from mcp_loop_guard.reload import on_sighup, reloader_for
 from mcp_loop_guard.store import MemoryStore, Store, StoreHealth
 
+if TYPE_CHECKING:
+    from mcp_loop_guard.proxy.downstream.http.session_relay import SessionRelay
+    from mcp_loop_guard.proxy.downstream.http.sessions import GuardSessions
+    from mcp_loop_guard.proxy.upstream.pool import Slot
+
 logger = logging.getLogger(__name__)
 
-START_TIMEOUT = 30.0
-"""How long start-up waits for every upstream's first connection attempt."""
 DESCRIPTOR_RESERVE = 64
 """Open files kept out of the connection cap: upstream pipes and sockets, the state file, logs."""
 GRACEFUL_SECONDS = 5.0
@@ -60,16 +61,6 @@ class _Uvicorn(uvicorn.Server):
     @contextmanager
     def capture_signals(self) -> Iterator[None]:
         yield
-
-
-def _slot(plan: Plan, spec: ServerSpec, first: ChildProcess | None = None) -> Slot:
-    """HTTP upstreams get a connection per session; stdio upstreams one shared child each."""
-    return Slot(spec, shared=not isinstance(spec, HttpServer), limits=plan.limits, first=first)
-
-
-def _slots(plan: Plan, first: ChildProcess | None) -> list[Slot]:
-    """``first``: the one stdio server's child, started before the guard loaded its HTTP stack."""
-    return [_slot(plan, spec, first if spec is plan.single_stdio else None) for spec in plan.config.servers]
 
 
 class Front(Protocol):
@@ -130,7 +121,7 @@ def muxed_upstream(plan: Plan) -> StdioServer | None:
 
 
 def build_app(  # noqa: PLR0917 - what the routes serve, all needed
-    sessions: Front, slots: Sequence[Slot], plan: Plan, metrics: Metrics, health: StoreHealth, store: Store
+    sessions: Front, slots: Sequence[Supervised], plan: Plan, metrics: Metrics, health: StoreHealth, store: Store
 ) -> ASGIApp:
     """Routes (MCP endpoints, health, readiness, metrics, admin) behind Host/Origin, tokens and body checks."""
     settings = plan.settings
@@ -159,6 +150,9 @@ def build_app(  # noqa: PLR0917 - what the routes serve, all needed
         Route("/metrics", metrics_endpoint),
     ]
     if settings.transport == "sse":
+        from mcp_loop_guard.proxy.downstream.http.session_relay import SessionRelay  # noqa: PLC0415 - loaded already
+        from mcp_loop_guard.proxy.downstream.http.sessions import GuardSessions  # noqa: PLC0415
+
         assert isinstance(sessions, GuardSessions | SessionRelay)
         routes.append(Route("/sse", _Raw(sessions.handle_sse)))
         routes.append(Mount("/messages/", app=sessions.handle_messages))
@@ -252,62 +246,88 @@ async def run_http(plan: Plan, first: ChildProcess | None = None) -> int:
     return 128 + stop.received[0] if stop.received else 0
 
 
+@dataclass
+class _Served:
+    """What serves ``/mcp``, the upstreams ``/readyz`` reports, and how a config reload applies."""
+
+    sessions: GuardSessions | HttpRelay | SessionRelay
+    slots: Sequence[Supervised]
+    reconfigure: Callable[[Sequence[ServerSpec]], Awaitable[str | None]]
+
+
+async def _relayed(plan: Plan, spec: HttpServer, agents: Agents, metrics: Metrics, tg: anyio.abc.TaskGroup) -> _Served:
+    """One streamable HTTP server, relayed request by request: no SDK until a request needs translating."""
+    probe = HttpProbe(spec, plan.limits)
+    translating = Translating(plan, agents=agents, metrics=metrics, security=security_settings(plan.settings))
+    sessions = HttpRelay(plan, spec, agents=agents, metrics=metrics, translating=translating)
+    await tg.start(probe.supervise)
+    return _Served(sessions, [probe], sessions.reconfigure)
+
+
+async def _through_sdk(  # noqa: PLR0917 - what the SDK-based fronts are made of
+    plan: Plan,
+    first: ChildProcess | None,
+    agents: Agents,
+    metrics: Metrics,
+    events: EventLog | None,
+    tg: anyio.abc.TaskGroup,
+) -> _Served:
+    """Every other front: SDK-based slots keep their upstreams (``first``: the one stdio server's child, started)."""
+    from mcp_loop_guard.proxy.downstream.http.channeled import ChanneledRelay  # noqa: PLC0415 - the SDK loads here
+    from mcp_loop_guard.proxy.downstream.http.muxed import MuxedRelay  # noqa: PLC0415
+    from mcp_loop_guard.proxy.downstream.http.sessionless import Sessionless  # noqa: PLC0415
+    from mcp_loop_guard.proxy.downstream.http.sessions import GuardSessions  # noqa: PLC0415
+    from mcp_loop_guard.proxy.downstream.sessions import SessionFactory  # noqa: PLC0415
+    from mcp_loop_guard.proxy.upstream.pool import Slot  # noqa: PLC0415
+
+    def slot(spec: ServerSpec, first: ChildProcess | None = None) -> Slot:
+        """HTTP upstreams get a connection per session; stdio upstreams one shared child each."""
+        return Slot(spec, shared=not isinstance(spec, HttpServer), limits=plan.limits, first=first)
+
+    slots = [slot(spec, first if spec is plan.single_stdio else None) for spec in plan.config.servers]
+    factory = SessionFactory(plan, slots, on_dropped=metrics.dropped, on_listed=metrics.learn, make_slot=slot)
+    security = security_settings(plan.settings)
+    sessions: GuardSessions | SessionRelay
+    if muxed_upstream(plan) is not None:
+        translating = Sessionless(plan, factory=factory, agents=agents, security=security)
+        sessions = MuxedRelay(
+            plan, factory=factory, agents=agents, metrics=metrics, translating=translating, security=security
+        )
+        reconfigure = sessions.reconfigure
+    elif (channeled := channeled_upstream(plan)) is not None:
+        translating = Sessionless(plan, factory=factory, agents=agents, security=security)
+        sessions = ChanneledRelay(
+            plan, channeled, agents=agents, metrics=metrics, translating=translating, security=security
+        )
+        reconfigure = sessions.reconfigure
+    else:
+        sessions = GuardSessions(
+            plan, factory=factory, agents=agents, metrics=metrics, security=security, events=events
+        )
+        reconfigure = factory.reconfigure
+    listener = factory.on_slot_change(tg)
+    for each in slots:
+        each.on_change(listener)
+    await factory.supervise(tg)
+    return _Served(sessions, slots, reconfigure)
+
+
 async def _serve(plan: Plan, stop: _Stop, first: ChildProcess | None) -> None:
     settings = plan.settings
     metrics = Metrics()
     logging.getLogger("asyncio").addFilter(OnceInAWhile())
     descriptors = raise_open_file_limit()
-    slots = _slots(plan, first)
-    factory = SessionFactory(
-        plan, slots, on_dropped=metrics.dropped, on_listed=metrics.learn, make_slot=lambda spec: _slot(plan, spec)
-    )
     async with opened_store(plan) as (store, health), opened_events(plan) as events:
         forget: Callable[[str], object] | None = store.forget if isinstance(store, MemoryStore) else None
         agents = Agents(plan, store, health, events, metrics.observer(), limit=settings.max_keys, on_evict=forget)
-        sessions: GuardSessions | HttpRelay | SessionRelay
-        relayed = relayed_upstream(plan)
-        if muxed_upstream(plan) is not None:
-            translating = Sessionless(plan, factory=factory, agents=agents, security=security_settings(settings))
-            sessions = MuxedRelay(
-                plan,
-                factory=factory,
-                agents=agents,
-                metrics=metrics,
-                translating=translating,
-                security=security_settings(settings),
-            )
-            reconfigure = sessions.reconfigure
-        elif (channeled := channeled_upstream(plan)) is not None:
-            translating = Sessionless(plan, factory=factory, agents=agents, security=security_settings(settings))
-            sessions = ChanneledRelay(
-                plan,
-                channeled,
-                agents=agents,
-                metrics=metrics,
-                translating=translating,
-                security=security_settings(settings),
-            )
-            reconfigure = sessions.reconfigure
-        elif relayed is not None:
-            translating = Sessionless(plan, factory=factory, agents=agents, security=security_settings(settings))
-            sessions = HttpRelay(plan, relayed, agents=agents, metrics=metrics, translating=translating)
-            reconfigure = sessions.reconfigure
-        else:
-            sessions = GuardSessions(
-                plan,
-                factory=factory,
-                agents=agents,
-                metrics=metrics,
-                security=security_settings(settings),
-                events=events,
-            )
-            reconfigure = factory.reconfigure
         async with anyio.create_task_group() as tg:
-            listener = factory.on_slot_change(tg)
-            for slot in slots:
-                slot.on_change(listener)
-            await factory.supervise(tg)
-            stop.reload = on_sighup(reloader_for(plan, reconfigure, tg), tg)
+            relayed = relayed_upstream(plan)
+            if relayed is not None:
+                served = await _relayed(plan, relayed, agents, metrics, tg)
+            else:
+                served = await _through_sdk(plan, first, agents, metrics, events, tg)
+            sessions, slots = served.sessions, served.slots
+            stop.reload = on_sighup(reloader_for(plan, served.reconfigure, tg), tg)
             for slot in list(slots):
                 await slot.wait_settled(START_TIMEOUT)
                 if slot.status != "ready":

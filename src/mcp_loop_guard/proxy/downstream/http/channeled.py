@@ -15,13 +15,13 @@ from collections.abc import Sequence
 from functools import partial
 
 import anyio
-from mcp.server.transport_security import TransportSecuritySettings
 
 from mcp_loop_guard.config import HttpServer, ServerSpec
 from mcp_loop_guard.metrics import Metrics
 from mcp_loop_guard.plan import Plan
 from mcp_loop_guard.proxy.downstream.agents import agent_loop, judge_for
 from mcp_loop_guard.proxy.downstream.http.agents import Agents
+from mcp_loop_guard.proxy.downstream.http.middleware import HostRules
 from mcp_loop_guard.proxy.downstream.http.muxed_sessions import MuxedSession
 from mcp_loop_guard.proxy.downstream.http.session_relay import SessionRelay
 from mcp_loop_guard.proxy.downstream.http.sessionless import Sessionless
@@ -42,7 +42,7 @@ class ChanneledRelay(SessionRelay):
         agents: Agents,
         metrics: Metrics,
         translating: Sessionless,
-        security: TransportSecuritySettings,
+        security: HostRules,
     ) -> None:
         """``translating`` serves 2026-07-28 requests through the SDK."""
         super().__init__(plan, agents=agents, metrics=metrics, translating=translating, security=security)

@@ -12,15 +12,18 @@ from __future__ import annotations
 import hmac
 import json
 from collections.abc import Mapping, Sequence
-from typing import Any
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 import anyio
-from mcp.server.transport_security import TransportSecuritySettings
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from mcp_loop_guard import codec
 from mcp_loop_guard.proxy.wire.messages import INVALID_REQUEST, top_level_id
 from mcp_loop_guard.settings import Settings
+
+if TYPE_CHECKING:
+    from mcp.server.transport_security import TransportSecuritySettings
 
 _LOCAL_HOSTS = ["127.0.0.1:*", "localhost:*", "[::1]:*", "127.0.0.1", "localhost", "[::1]"]
 _LOCAL_ORIGINS = ["http://127.0.0.1:*", "http://localhost:*", "http://[::1]:*"]
@@ -30,12 +33,30 @@ RETRY_AFTER_BUSY = 5
 """Seconds a client refused for lack of room (503) is told to wait."""
 
 
-def security_settings(settings: Settings) -> TransportSecuritySettings:
+@dataclass(frozen=True, slots=True)
+class HostRules:
+    """The Host and Origin values a request may carry (``*`` as a port matches any)."""
+
+    allowed_hosts: tuple[str, ...]
+    allowed_origins: tuple[str, ...]
+
+
+def security_settings(settings: Settings) -> HostRules:
     """Host/Origin checks, always on: loopback names plus whatever the operator allowed."""
+    return HostRules(
+        allowed_hosts=(*_LOCAL_HOSTS, *settings.allowed_hosts),
+        allowed_origins=(*_LOCAL_ORIGINS, *settings.allowed_origins),
+    )
+
+
+def transport_security(rules: HostRules) -> TransportSecuritySettings:
+    """The same rules for the SDK's server transports, which check them again on the paths they serve."""
+    from mcp.server.transport_security import TransportSecuritySettings  # noqa: PLC0415 - only SDK paths load the SDK
+
     return TransportSecuritySettings(
         enable_dns_rebinding_protection=True,
-        allowed_hosts=[*_LOCAL_HOSTS, *settings.allowed_hosts],
-        allowed_origins=[*_LOCAL_ORIGINS, *settings.allowed_origins],
+        allowed_hosts=list(rules.allowed_hosts),
+        allowed_origins=list(rules.allowed_origins),
     )
 
 
@@ -77,7 +98,7 @@ def trace_headers(scope: Scope) -> dict[str, str] | None:
 class HostGuard:
     """Host and Origin must be loopback or allowed, on every path but ``/healthz`` (a liveness probe)."""
 
-    def __init__(self, app: ASGIApp, security: TransportSecuritySettings, open_paths: Sequence[str] = ()) -> None:
+    def __init__(self, app: ASGIApp, security: HostRules, open_paths: Sequence[str] = ()) -> None:
         """``open_paths``: paths answered whatever the Host."""
         self.app = app
         self.hosts = list(security.allowed_hosts)

@@ -14,12 +14,11 @@ from typing import Protocol
 import anyio
 import mcp_types as types
 from mcp.server.sse import SseServerTransport
-from mcp.server.transport_security import TransportSecuritySettings
 from mcp.shared.message import SessionMessage
 from pydantic import ValidationError
 from starlette.types import Receive, Scope, Send
 
-from mcp_loop_guard.proxy.downstream.http.middleware import token_of
+from mcp_loop_guard.proxy.downstream.http.middleware import HostRules, token_of, transport_security
 from mcp_loop_guard.proxy.downstream.http.muxed_sessions import MuxedSession, stream_pair
 from mcp_loop_guard.proxy.wire.messages import Message
 
@@ -51,10 +50,12 @@ CLOSE_WAIT = 2.0
 class SseSessions:
     """Legacy SSE connections, each one session of the relay."""
 
-    def __init__(self, relay: Opens, security: TransportSecuritySettings, max_bytes: int) -> None:
+    def __init__(self, relay: Opens, security: HostRules, max_bytes: int) -> None:
         """Sessions are opened and ended by ``relay``."""
         self.relay = relay
-        self.sse = SseServerTransport("/messages/", security_settings=security, max_request_body_size=max_bytes)
+        self.sse = SseServerTransport(
+            "/messages/", security_settings=transport_security(security), max_request_body_size=max_bytes
+        )
 
     async def handle_sse(self, scope: Scope, receive: Receive, send: Send) -> None:
         """One SSE connection: a session until the client leaves, or until it is ended here."""

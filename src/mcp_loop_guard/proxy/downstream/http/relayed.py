@@ -44,9 +44,9 @@ from mcp_loop_guard.proxy.downstream.http.replies import (
     relay_plain,
     speaks_modern,
 )
-from mcp_loop_guard.proxy.downstream.http.sessionless import Sessionless
+from mcp_loop_guard.proxy.downstream.http.translating import Translating
 from mcp_loop_guard.proxy.relay.judge import Judge
-from mcp_loop_guard.proxy.relay.session_server import STOPPING
+from mcp_loop_guard.proxy.relay.stopping import STOPPING
 from mcp_loop_guard.proxy.relay.tools import ToolFacts
 from mcp_loop_guard.proxy.upstream.exchange import HttpExchange, UpstreamHttpError
 from mcp_loop_guard.proxy.wire.messages import Message
@@ -65,7 +65,7 @@ class HttpRelay:
     """Every client of one HTTP guard in front of one streamable HTTP upstream."""
 
     def __init__(
-        self, plan: Plan, spec: HttpServer, *, agents: Agents, metrics: Metrics, translating: Sessionless
+        self, plan: Plan, spec: HttpServer, *, agents: Agents, metrics: Metrics, translating: Translating
     ) -> None:
         """Sessions' agents are judged through ``agents``' store; keyless requests through ``agents`` itself.
 

@@ -9,8 +9,6 @@ from typing import Any
 
 import anyio
 import anyio.abc
-import mcp_types as types
-from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS, MODERN_PROTOCOL_VERSIONS
 from starlette.types import Receive, Send
 
 from mcp_loop_guard import __version__, codec
@@ -18,12 +16,20 @@ from mcp_loop_guard.proxy.relay.tools import ToolFacts
 from mcp_loop_guard.proxy.upstream.exchange import HttpExchange, Response, UpstreamHttpError, forwarded_response_headers
 from mcp_loop_guard.proxy.upstream.http_answers import EVENTS, JSON, read_bounded, read_messages
 from mcp_loop_guard.proxy.wire import messages as wire
+from mcp_loop_guard.proxy.wire.eras import (
+    CLIENT_CAPABILITIES_META_KEY,
+    CLIENT_INFO_META_KEY,
+    HANDSHAKE_PROTOCOL_VERSIONS,
+    MODERN_PROTOCOL_VERSIONS,
+    PROTOCOL_VERSION_META_KEY,
+)
 from mcp_loop_guard.proxy.wire.messages import BadLine, Message
 
 __all__ = [
     "EVENTS",
     "JSON",
     "Handshake",
+    "HandshakeRefusedError",
     "Headers",
     "handshake",
     "is_modern",
@@ -135,9 +141,9 @@ async def speaks_modern(upstream: HttpExchange, limit: int) -> bool:
     version = MODERN_PROTOCOL_VERSIONS[0]
     ident = wire.own_request_id()
     meta = {
-        types.PROTOCOL_VERSION_META_KEY: version,
-        types.CLIENT_INFO_META_KEY: {"name": "mcp-loop-guard", "version": __version__},
-        types.CLIENT_CAPABILITIES_META_KEY: {},
+        PROTOCOL_VERSION_META_KEY: version,
+        CLIENT_INFO_META_KEY: {"name": "mcp-loop-guard", "version": __version__},
+        CLIENT_CAPABILITIES_META_KEY: {},
     }
     body = {"jsonrpc": "2.0", "id": ident, "method": "server/discover", "params": {"_meta": meta}}
     headers = [
@@ -155,6 +161,18 @@ async def speaks_modern(upstream: HttpExchange, limit: int) -> bool:
     return isinstance(result, dict) and version in (result.get("supportedVersions") or ())
 
 
+class HandshakeRefusedError(UpstreamHttpError):
+    """The upstream answered an ``initialize`` of the guard's own, but with no result."""
+
+    def __init__(self, status: int, error: object) -> None:
+        """``status``: the HTTP status; ``error``: the JSON-RPC error it gave, if any."""
+        said = error.get("message") if isinstance(error, dict) else None
+        self.status = status
+        self.said = f"HTTP {status}" + (f": {str(said)[:200]}" if said else "")
+        """The status and the server's own words, for logs."""
+        super().__init__(f"the upstream refused initialize ({self.said})")
+
+
 @dataclass(frozen=True, slots=True)
 class Handshake:
     """The upstream's answer to an ``initialize`` of the guard's own."""
@@ -169,7 +187,8 @@ async def handshake(upstream: HttpExchange, limit: int) -> Handshake:
     """An ``initialize`` of the guard's own (offering no client capabilities); what the upstream answered.
 
     Raises:
-        UpstreamHttpError: the upstream cannot be reached, or did not answer it.
+        HandshakeRefusedError: the upstream answered it with no result.
+        UpstreamHttpError: the upstream cannot be reached.
     """
     version = HANDSHAKE_PROTOCOL_VERSIONS[-1]
     ident = wire.own_request_id()
@@ -188,7 +207,7 @@ async def handshake(upstream: HttpExchange, limit: int) -> Handshake:
             answer = None
     result = (answer or {}).get("result")
     if not isinstance(result, dict):
-        raise UpstreamHttpError(f"the upstream did not answer initialize (HTTP {response.status_code})")
+        raise HandshakeRefusedError(response.status_code, (answer or {}).get("error"))
     return Handshake(session, str(result.get("protocolVersion") or version))
 
 

@@ -18,8 +18,6 @@ from contextlib import asynccontextmanager
 
 import anyio
 import anyio.abc
-from mcp.server.transport_security import TransportSecuritySettings
-from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS
 from starlette.types import Receive, Scope, Send
 
 from mcp_loop_guard.config import ServerSpec
@@ -30,6 +28,7 @@ from mcp_loop_guard.proxy.downstream.http.agents import Agents
 from mcp_loop_guard.proxy.downstream.http.event_log import parse_event_id, primes, serve_log, single_answer
 from mcp_loop_guard.proxy.downstream.http.middleware import (
     RETRY_AFTER_BUSY,
+    HostRules,
     header,
     reply,
     retry_after,
@@ -43,8 +42,9 @@ from mcp_loop_guard.proxy.downstream.http.relayed import SESSION, VERSION
 from mcp_loop_guard.proxy.downstream.http.replies import is_modern, json_reply
 from mcp_loop_guard.proxy.downstream.http.sessionless import Sessionless
 from mcp_loop_guard.proxy.relay.judge import Judge
-from mcp_loop_guard.proxy.relay.session_server import STOPPING
+from mcp_loop_guard.proxy.relay.stopping import STOPPING
 from mcp_loop_guard.proxy.wire import messages as wire
+from mcp_loop_guard.proxy.wire.eras import HANDSHAKE_PROTOCOL_VERSIONS
 from mcp_loop_guard.proxy.wire.messages import Message
 
 __all__ = ["SessionRelay"]
@@ -62,7 +62,7 @@ class SessionRelay:
         agents: Agents,
         metrics: Metrics,
         translating: Sessionless,
-        security: TransportSecuritySettings,
+        security: HostRules,
     ) -> None:
         """``translating`` serves 2026-07-28 requests through the SDK."""
         self.sse = SseSessions(self, security, plan.settings.max_request_bytes)

@@ -13,7 +13,6 @@ import anyio.abc
 from mcp.server.connection import Connection
 from mcp.server.runner import serve_connection
 from mcp.server.streamable_http import StreamableHTTPServerTransport
-from mcp.server.transport_security import TransportSecuritySettings
 from mcp.shared.jsonrpc_dispatcher import JSONRPCDispatcher
 from mcp.shared.transport_context import TransportContext
 from mcp_types import DEFAULT_NEGOTIATED_VERSION
@@ -23,6 +22,7 @@ from mcp_loop_guard.core.model import Verdict
 from mcp_loop_guard.plan import Plan
 from mcp_loop_guard.proxy.compat import handle_modern_request
 from mcp_loop_guard.proxy.downstream.http.agents import Agents, KeyedAgent
+from mcp_loop_guard.proxy.downstream.http.middleware import HostRules, transport_security
 from mcp_loop_guard.proxy.downstream.sessions import SessionFactory
 from mcp_loop_guard.proxy.relay.context import Context
 from mcp_loop_guard.proxy.relay.judge import Judge
@@ -37,14 +37,12 @@ AGENT = "mcp-loop-guard.agent"
 class Sessionless:
     """The shared proxy of sessionless requests, and the agents it judges them by."""
 
-    def __init__(
-        self, plan: Plan, *, factory: SessionFactory, agents: Agents, security: TransportSecuritySettings
-    ) -> None:
+    def __init__(self, plan: Plan, *, factory: SessionFactory, agents: Agents, security: HostRules) -> None:
         """The proxy is made by ``factory`` once :meth:`start` runs; agents are held by ``agents``."""
         self.settings = plan.settings
         self.factory = factory
         self.agents = agents
-        self.security = security
+        self.security = transport_security(security)
         self.proxy: GuardedProxy | None = None
         self._tg: anyio.abc.TaskGroup | None = None
 

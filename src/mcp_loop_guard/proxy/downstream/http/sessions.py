@@ -25,7 +25,6 @@ from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStre
 from mcp.server.runner import serve_dual_era_loop, serve_loop
 from mcp.server.sse import SseServerTransport
 from mcp.server.streamable_http import MCP_SESSION_ID_HEADER, StreamableHTTPServerTransport
-from mcp.server.transport_security import TransportSecuritySettings
 from mcp.shared.inbound import MCP_PROTOCOL_VERSION_HEADER
 from mcp.shared.message import SessionMessage
 from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS
@@ -37,7 +36,14 @@ from mcp_loop_guard.plan import Plan
 from mcp_loop_guard.proxy.downstream.agents import agent_loop, judge_for
 from mcp_loop_guard.proxy.downstream.http.admin import LiveAgent
 from mcp_loop_guard.proxy.downstream.http.agents import Agents
-from mcp_loop_guard.proxy.downstream.http.middleware import RETRY_AFTER_BUSY, reply, retry_after, token_of
+from mcp_loop_guard.proxy.downstream.http.middleware import (
+    RETRY_AFTER_BUSY,
+    HostRules,
+    reply,
+    retry_after,
+    token_of,
+    transport_security,
+)
 from mcp_loop_guard.proxy.downstream.http.sessionless import Sessionless
 from mcp_loop_guard.proxy.downstream.sessions import SessionFactory, fixed_judge
 from mcp_loop_guard.proxy.relay.context import Context
@@ -69,7 +75,7 @@ class GuardSessions:
         factory: SessionFactory,
         agents: Agents,
         metrics: Metrics,
-        security: TransportSecuritySettings,
+        security: HostRules,
         events: object,
     ) -> None:
         """Sessions made by ``factory``; sessionless agents held by ``agents``."""
@@ -78,10 +84,10 @@ class GuardSessions:
         self.factory = factory
         self.agents = agents
         self.metrics = metrics
-        self.security = security
+        self.security = transport_security(security)
         self.events = events
         self.sse = SseServerTransport(
-            "/messages/", security_settings=security, max_request_body_size=self.settings.max_request_bytes
+            "/messages/", security_settings=self.security, max_request_body_size=self.settings.max_request_bytes
         )
         self.live: dict[str, Live] = {}
         self.sse_live: dict[str, Judge] = {}

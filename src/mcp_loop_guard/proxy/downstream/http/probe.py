@@ -1,0 +1,111 @@
+"""Whether the one HTTP server a relay serves is up, asked as a client of the guard's own, for ``/readyz``.
+
+The relay itself keeps no upstream connection between requests, so this probe is what
+notices a server that went away: it opens a session with an ``initialize`` of its own,
+pings it while idle, and opens another with backoff once the server stops answering. It
+speaks raw JSON-RPC over the relay's own HTTP client, so a relay never loads the SDK for it.
+"""
+
+from __future__ import annotations
+
+import logging
+from contextlib import suppress
+
+import anyio
+
+from mcp_loop_guard import codec
+from mcp_loop_guard.config import HttpServer, redact_url
+from mcp_loop_guard.plan import Limits
+from mcp_loop_guard.proxy.downstream.http.replies import (
+    EVENTS,
+    JSON,
+    Handshake,
+    HandshakeRefusedError,
+    handshake,
+    read_answer,
+)
+from mcp_loop_guard.proxy.upstream.backoff import Backoff
+from mcp_loop_guard.proxy.upstream.exchange import HttpExchange, UpstreamHttpError
+from mcp_loop_guard.proxy.upstream.health import HEALTH_INTERVAL, HTTP_HANDSHAKE_TIMEOUT, Supervised
+from mcp_loop_guard.proxy.wire import messages as wire
+
+__all__ = ["HttpProbe"]
+
+logger = logging.getLogger(__name__)
+
+
+class _DownError(Exception):
+    """The probe's session could not be opened or kept: why, in one line."""
+
+
+class HttpProbe(Supervised):
+    """The health of one streamable HTTP upstream, kept by a session of the guard's own."""
+
+    expected = (_DownError, OSError)
+
+    def __init__(self, spec: HttpServer, limits: Limits, backoff: Backoff | None = None) -> None:
+        """Not connected yet; :meth:`supervise` connects."""
+        super().__init__(spec, backoff)
+        self.http = spec
+        self.limit = limits.max_message_bytes
+        self.timeout = spec.call_timeout or limits.call_timeout or HTTP_HANDSHAKE_TIMEOUT
+        self.label = f"{spec.name} ({redact_url(spec.url)})"
+        self.exchange = HttpExchange(spec)
+
+    async def _serve_once(self) -> str:
+        try:
+            with anyio.fail_after(self.timeout):
+                opened = await handshake(self.exchange, self.limit)
+        except TimeoutError:
+            raise _DownError(f"upstream {self.label} did not answer initialize within {self.timeout:g}s") from None
+        except HandshakeRefusedError as refused:
+            raise _DownError(f"upstream {self.label} refused initialize: {refused.said}") from None
+        except UpstreamHttpError as error:
+            raise _DownError(f"upstream {self.label} is unreachable: {error}") from None
+        try:
+            await self._post(opened, {"jsonrpc": "2.0", "method": "notifications/initialized"})
+            logger.info("connected to upstream %s (protocol %s)", self.label, opened.version)
+            self._set("ready", "connected", "connected")
+            while True:
+                await anyio.sleep(HEALTH_INTERVAL)
+                ident = wire.own_request_id()
+                try:
+                    with anyio.fail_after(HEALTH_INTERVAL):
+                        answer = await self._post(opened, {"jsonrpc": "2.0", "id": ident, "method": "ping"}, ident)
+                except (TimeoutError, UpstreamHttpError, ValueError) as error:
+                    return f"upstream {self.label} failed a health check: {error or 'no answer in time'}"
+                if answer is None or "result" not in answer:
+                    return f"upstream {self.label} failed a health check: it did not answer ping"
+        finally:
+            with anyio.CancelScope(shield=True), anyio.move_on_after(2.0):
+                await self._end(opened)
+
+    async def _post(
+        self, opened: Handshake, body: dict[str, object], ident: wire.RequestId | None = None
+    ) -> dict[str, object] | None:
+        """One message in the probe's session; the answer to ``ident`` (None for a notification)."""
+        headers = [(b"accept", JSON + b", " + EVENTS), (b"content-type", JSON), *_session(opened)]
+        async with self.exchange.send("POST", headers, codec.dumps(body)) as response:
+            if ident is None:
+                async for _chunk in response.chunks():
+                    pass
+                return None
+            return await read_answer(response, ident, self.limit)
+
+    async def _end(self, opened: Handshake) -> None:
+        """End the probe's session at the server (best effort: it expires there anyway)."""
+        if opened.session_id is not None:
+            with suppress(UpstreamHttpError):
+                async with self.exchange.send("DELETE", _session(opened)):
+                    pass
+
+    async def aclose(self) -> None:
+        """Close the probe's connections."""
+        await self.exchange.aclose()
+
+
+def _session(opened: Handshake) -> list[tuple[bytes, bytes]]:
+    headers = [(b"mcp-protocol-version", opened.version.encode())]
+    if opened.session_id is not None:
+        headers.append((b"mcp-session-id", opened.session_id))
+    return headers

@@ -1,0 +1,89 @@
+"""The SDK path of an HTTP relay, loaded the first time a request needs it.
+
+A relay in front of one HTTP server passes requests on as they came; only a request the
+server cannot take as it is (a 2026-07-28 request to a server of the handshake era, a
+sessionless one before the server said whether it opens sessions) goes through the SDK,
+which speaks each side's era. Most guards never see one, so the SDK (more than a second of
+start-up and about 30 MB) is imported in a worker thread when the first one comes, and the
+event loop goes on serving meanwhile.
+"""
+
+from __future__ import annotations
+
+import importlib
+import logging
+from typing import TYPE_CHECKING
+
+import anyio
+import anyio.abc
+import anyio.to_thread
+from starlette.types import Receive, Scope, Send
+
+from mcp_loop_guard.metrics import Metrics
+from mcp_loop_guard.plan import Plan
+from mcp_loop_guard.proxy.downstream.http.agents import Agents
+from mcp_loop_guard.proxy.downstream.http.middleware import HostRules
+
+if TYPE_CHECKING:
+    from mcp_loop_guard.proxy.downstream.http.sessionless import Sessionless
+
+__all__ = ["START_TIMEOUT", "Translating"]
+
+logger = logging.getLogger(__name__)
+
+START_TIMEOUT = 30.0
+"""How long start-up (or the first translated request) waits for an upstream's first connection attempt."""
+
+
+class Translating:
+    """Requests the relay cannot pass on as they are, served through the SDK once it is loaded."""
+
+    def __init__(self, plan: Plan, *, agents: Agents, metrics: Metrics, security: HostRules) -> None:
+        """Nothing is loaded until :meth:`serve` is first called."""
+        self.plan = plan
+        self.agents = agents
+        self.metrics = metrics
+        self.security = security
+        self.loaded: Sessionless | None = None
+        self._lock = anyio.Lock()
+        self._tg: anyio.abc.TaskGroup | None = None
+
+    async def start(self, tg: anyio.abc.TaskGroup) -> None:
+        """Run what is loaded later in ``tg``."""
+        self._tg = tg
+
+    async def serve(self, scope: Scope, receive: Receive, send: Send, version: str | None, *, modern: bool) -> None:
+        """One request, judged by its key's agent; ``modern``: a 2026-07-28 request."""
+        sessionless = self.loaded or await self._load()
+        await sessionless.serve(scope, receive, send, version, modern=modern)
+
+    async def _load(self) -> Sessionless:
+        async with self._lock:
+            if self.loaded is not None:
+                return self.loaded
+            assert self._tg is not None, "start() runs before the first request"
+            logger.info("a request needs the SDK to be translated; loading it")
+            await anyio.to_thread.run_sync(importlib.import_module, "mcp_loop_guard.proxy.downstream.http.sessionless")
+            from mcp_loop_guard.proxy.downstream.http.sessionless import Sessionless  # noqa: PLC0415 - loaded above
+            from mcp_loop_guard.proxy.downstream.sessions import SessionFactory  # noqa: PLC0415
+            from mcp_loop_guard.proxy.upstream.pool import Slot  # noqa: PLC0415
+
+            plan = self.plan
+            slots = [Slot(spec, shared=False, limits=plan.limits) for spec in plan.config.servers]
+            factory = SessionFactory(
+                plan,
+                slots,
+                on_dropped=self.metrics.dropped,
+                on_listed=self.metrics.learn,
+                make_slot=lambda spec: Slot(spec, shared=False, limits=plan.limits),
+            )
+            listener = factory.on_slot_change(self._tg)
+            for slot in slots:
+                slot.on_change(listener)
+            await factory.supervise(self._tg)
+            for slot in slots:
+                await slot.wait_settled(START_TIMEOUT)
+            sessionless = Sessionless(plan, factory=factory, agents=self.agents, security=self.security)
+            await sessionless.start(self._tg)
+            self.loaded = sessionless
+            return sessionless
