@@ -13,6 +13,7 @@ import mcp_types as types
 import pytest
 from mcp.shared.exceptions import MCPError
 
+from mcp_loop_guard.proxy.upstream.health import HEALTH_INTERVAL
 from tests.harness import (
     Callbacks,
     Connector,
@@ -22,8 +23,9 @@ from tests.harness import (
     action,
     eventually,
     fixture_command,
+    texts,
 )
-from tests.http_harness import Rig, ServerProcess, open_http_session, serve_guard
+from tests.http_harness import Rig, ServerProcess, http_get, open_http_session, serve_guard
 
 pytestmark = pytest.mark.anyio
 
@@ -201,6 +203,36 @@ async def test_an_http_guard_reloads_thresholds_and_servers_for_open_sessions(
     assert before == [None, None]
     assert action(refused) == "block"
     assert "jobs__start_job" in names
+
+
+async def test_a_rotated_token_keeps_an_http_relay_ready(rig: Rig, tmp_path: Path) -> None:
+    """The server's token changes and the config follows: /readyz stays 200 past the next health check.
+
+    The guard's own session with the server (what /readyz reports) must ask with the
+    headers the relay sends; with the old token the server answers its pings with 401.
+    """
+    token = tmp_path / "token"
+    token.write_text("old")
+    config = tmp_path / "guard.json"
+
+    def entry(secret: str) -> dict[str, Any]:
+        return {"type": "http", "url": counting.mcp_url, "headers": {"Authorization": f"Bearer {secret}"}}
+
+    async with rig.counting_http(tmp_path / "calls.jsonl", "--token-file", str(token)) as counting:
+        write(config, {"counting": entry("old")})
+        async with serve_guard(["--config", str(config)], marker=rig.marker, stderr=rig.log("guard")) as guard:
+            before = await http_get(guard.url("/readyz"))
+            token.write_text("new")
+            write(config, {"counting": entry("new")})
+            await sighup_http(guard)
+            await anyio.sleep(HEALTH_INTERVAL + 3)  # a health check has asked with the new token
+            after = await http_get(guard.url("/readyz"))
+            async with open_http_session(guard.mcp_url) as http:
+                with anyio.fail_after(20):
+                    echoed = await http.session.call_tool("echo", {"text": "rotated"})
+    assert before.status_code == 200, before.text
+    assert after.status_code == 200, after.text
+    assert texts(echoed) == ["rotated"]
 
 
 async def sighup_http(guard: ServerProcess) -> None:

@@ -257,9 +257,9 @@ class _Served:
 
 async def _relayed(plan: Plan, spec: HttpServer, agents: Agents, metrics: Metrics, tg: anyio.abc.TaskGroup) -> _Served:
     """One streamable HTTP server, relayed request by request: no SDK until a request needs translating."""
-    probe = HttpProbe(spec, plan.limits)
     translating = Translating(plan, agents=agents, metrics=metrics, security=security_settings(plan.settings))
     sessions = HttpRelay(plan, spec, agents=agents, metrics=metrics, translating=translating)
+    probe = HttpProbe(spec, plan.limits, sessions.upstream)
     await tg.start(probe.supervise)
     return _Served(sessions, [probe], sessions.reconfigure)
 

@@ -43,14 +43,20 @@ class HttpProbe(Supervised):
 
     expected = (_DownError, OSError)
 
-    def __init__(self, spec: HttpServer, limits: Limits, backoff: Backoff | None = None) -> None:
-        """Not connected yet; :meth:`supervise` connects."""
+    def __init__(
+        self, spec: HttpServer, limits: Limits, exchange: HttpExchange, backoff: Backoff | None = None
+    ) -> None:
+        """Not connected yet; :meth:`supervise` connects.
+
+        ``exchange``: the relay's own, so the probe asks with the headers the relay sends (a
+        config reload that rotates a token rotates it for both) and follows its redirects.
+        """
         super().__init__(spec, backoff)
         self.http = spec
         self.limit = limits.max_message_bytes
         self.timeout = spec.call_timeout or limits.call_timeout or HTTP_HANDSHAKE_TIMEOUT
         self.label = f"{spec.name} ({redact_url(spec.url)})"
-        self.exchange = HttpExchange(spec)
+        self.exchange = exchange
 
     async def _serve_once(self) -> str:
         try:
@@ -98,10 +104,6 @@ class HttpProbe(Supervised):
             with suppress(UpstreamHttpError):
                 async with self.exchange.send("DELETE", _session(opened)):
                     pass
-
-    async def aclose(self) -> None:
-        """Close the probe's connections."""
-        await self.exchange.aclose()
 
 
 def _session(opened: Handshake) -> list[tuple[bytes, bytes]]:
