@@ -52,7 +52,6 @@ class HttpProbe(Supervised):
         config reload that rotates a token rotates it for both) and follows its redirects.
         """
         super().__init__(spec, backoff)
-        self.http = spec
         self.limit = limits.max_message_bytes
         self.timeout = spec.call_timeout or limits.call_timeout or HTTP_HANDSHAKE_TIMEOUT
         self.label = f"{spec.name} ({redact_url(spec.url)})"
@@ -69,7 +68,10 @@ class HttpProbe(Supervised):
         except UpstreamHttpError as error:
             raise _DownError(f"upstream {self.label} is unreachable: {error}") from None
         try:
-            await self._post(opened, {"jsonrpc": "2.0", "method": "notifications/initialized"})
+            try:
+                await self._post(opened, {"jsonrpc": "2.0", "method": "notifications/initialized"})
+            except UpstreamHttpError as error:
+                return f"upstream {self.label} broke off after initialize: {error}"
             logger.info("connected to upstream %s (protocol %s)", self.label, opened.version)
             self._set("ready", "connected", "connected")
             while True:
@@ -79,7 +81,7 @@ class HttpProbe(Supervised):
                     with anyio.fail_after(HEALTH_INTERVAL):
                         answer = await self._post(opened, {"jsonrpc": "2.0", "id": ident, "method": "ping"}, ident)
                 except (TimeoutError, UpstreamHttpError, ValueError) as error:
-                    return f"upstream {self.label} failed a health check: {error or 'no answer in time'}"
+                    return f"upstream {self.label} failed a health check: {str(error) or 'no answer in time'}"
                 if answer is None or "result" not in answer:
                     return f"upstream {self.label} failed a health check: it did not answer ping"
         finally:
