@@ -20,7 +20,7 @@ import hashlib
 import logging
 from collections.abc import AsyncIterator
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
-from typing import Any, Literal
+from typing import Any
 
 import anyio
 import anyio.abc
@@ -39,8 +39,6 @@ from mcp_loop_guard.proxy.upstream.session import Downstream, Upstream, Upstream
 from mcp_loop_guard.proxy.upstream.transports import open_http_upstream, open_stdio_upstream
 
 logger = logging.getLogger(__name__)
-
-Status = Literal["starting", "ready", "down"]
 
 PROXY_INFO = types.Implementation(name="mcp-loop-guard", version=__version__)
 """How the guard names itself to shared upstreams and, with several upstreams, to clients."""
