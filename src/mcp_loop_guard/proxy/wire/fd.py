@@ -25,6 +25,8 @@ __all__ = ["PIPE_BYTES", "Fd", "Writer", "claimed_stdio", "enlarge_pipe"]
 READ_CHUNK = 1 << 16
 PIPE_BYTES = 1 << 20
 """The buffer the guard asks for on its pipes: a megabyte result then crosses in one write and one wake-up."""
+_OWN_BUFFER = 1 << 17
+"""From this read size on, reads go into a buffer kept across reads (see :meth:`Fd.read_now`)."""
 
 
 def enlarge_pipe(fd: int) -> None:
@@ -68,6 +70,7 @@ class Fd:
         """The loop watching the descriptor for reading, between one read and the next."""
         self.grow = False
         """Enlarge the pipe the first time a message does not fit (:func:`enlarge_pipe`)."""
+        self._buffer = bytearray(read_size) if read_size >= _OWN_BUFFER and hasattr(os, "readv") else None
 
     def close(self) -> None:
         """Close the descriptor, once, waking a task that waits on it first.
@@ -110,7 +113,7 @@ class Fd:
         loop = asyncio.get_running_loop()
         if self._watched is not loop:
             try:  # not watched (the first read, or nobody read for a while): the data may be there already
-                return os.read(self.fd, self.read_size)
+                return self.read_now()
             except BlockingIOError:
                 self.unwatch()
                 loop.add_reader(self.fd, self._ready)
@@ -137,13 +140,31 @@ class Fd:
             self.unwatch()
             return
         try:
-            chunk = os.read(self.fd, self.read_size)
+            chunk = self.read_now()
         except BlockingIOError:
             return  # readiness reported for data that is gone
         except OSError as error:
             waiter.set_exception(error)
             return
         waiter.set_result(chunk)
+
+    def read_now(self) -> bytes:
+        """One read of what is there, without waiting.
+
+        A large read size goes through a buffer of the descriptor's own: ``os.read`` would
+        allocate the whole size afresh for every read (a megabyte is a fresh ``mmap``, shrunk
+        and unmapped again around a few hundred bytes), which cost more than the rest of a
+        small call's relaying.
+
+        Raises:
+            BlockingIOError: nothing to read now.
+            OSError: the descriptor failed.
+        """
+        buffer = self._buffer
+        if buffer is None:
+            return os.read(self.fd, self.read_size)
+        size = os.readv(self.fd, (buffer,))
+        return bytes(memoryview(buffer)[:size])
 
     def unwatch(self) -> None:
         """Stop the loop watching the descriptor for :meth:`read` (another reader takes over, or nobody reads)."""

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import asyncio  # noqa: TID251 - readiness callbacks and the current task are asyncio's; anyio has neither
 import contextvars
-import os
 from collections import deque
 from collections.abc import Callable, Coroutine, Generator
 from typing import Any, Protocol
@@ -137,7 +136,7 @@ class _Feeder:
 
     def _ready(self) -> None:
         try:
-            chunk = os.read(self.fd.fd, self.fd.read_size)
+            chunk = self.fd.read_now()
         except BlockingIOError:
             return
         except OSError as error:

@@ -1,0 +1,66 @@
+"""Reads on the loop: a child's stdout is read up to a megabyte at once, without paying for a megabyte per read."""
+
+from __future__ import annotations
+
+import os
+import tracemalloc
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import anyio
+import pytest
+
+from mcp_loop_guard.proxy.wire.fd import PIPE_BYTES, Fd, enlarge_pipe
+
+pytestmark = pytest.mark.anyio
+
+
+@contextmanager
+def child_stdout() -> Iterator[tuple[Fd, int]]:
+    """A pipe read as the guard reads a child's stdout (a read size of a megabyte), and its raw write end."""
+    read_end, write_end = os.pipe()
+    enlarge_pipe(read_end)
+    fd = Fd(read_end, PIPE_BYTES)
+    try:
+        yield fd, write_end
+    finally:
+        fd.close()
+        os.close(write_end)
+
+
+def test_a_small_message_costs_its_size_not_the_read_size() -> None:
+    with child_stdout() as (fd, write_end):
+        os.write(write_end, b'{"jsonrpc":"2.0","id":1,"result":{}}\n')
+        tracemalloc.start()
+        try:
+            chunk = fd.read_now()
+            _, peak = tracemalloc.get_traced_memory()
+        finally:
+            tracemalloc.stop()
+        assert chunk == b'{"jsonrpc":"2.0","id":1,"result":{}}\n'
+        assert peak < 4096, f"reading 38 bytes allocated {peak} bytes at the peak"
+
+
+def test_chunks_read_into_the_shared_buffer_stay_as_they_were_read() -> None:
+    with child_stdout() as (fd, write_end):
+        os.write(write_end, b"first\n")
+        first = fd.read_now()
+        os.write(write_end, b"second, longer\n")
+        second = fd.read_now()
+        assert (first, second) == (b"first\n", b"second, longer\n")
+        with pytest.raises(BlockingIOError):
+            fd.read_now()
+
+
+async def test_a_large_message_arrives_whole_through_the_buffer() -> None:
+    data = bytes(range(256)) * ((PIPE_BYTES + 300_000) // 256)
+    with child_stdout() as (fd, write_end):
+        got = bytearray()
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(anyio.to_thread.run_sync, os.write, write_end, data)
+            while len(got) < len(data):
+                chunk = await fd.read()
+                assert chunk
+                assert len(chunk) <= PIPE_BYTES
+                got += chunk
+        assert bytes(got) == data
