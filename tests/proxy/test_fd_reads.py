@@ -8,6 +8,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 import anyio
+import psutil
 import pytest
 
 from mcp_loop_guard.proxy.wire.fd import PIPE_BYTES, Fd, enlarge_pipe
@@ -39,6 +40,28 @@ def test_a_small_message_costs_its_size_not_the_read_size() -> None:
             tracemalloc.stop()
         assert chunk == b'{"jsonrpc":"2.0","id":1,"result":{}}\n'
         assert peak < 4096, f"reading 38 bytes allocated {peak} bytes at the peak"
+
+
+def test_descriptors_waiting_for_a_child_hold_no_megabyte_each() -> None:
+    """The buffer costs memory only once a large message has filled it, and only until it is read."""
+    process = psutil.Process()
+    pipes = [os.pipe() for _ in range(20)]
+    before = process.memory_info().rss
+    fds = [Fd(read_end, PIPE_BYTES) for read_end, _ in pipes]
+    try:
+        grown = process.memory_info().rss - before
+        assert grown < 4 * 1024 * 1024, f"20 idle descriptors took {grown / 1e6:.1f} MB"
+        read_end, write_end = pipes[0]
+        enlarge_pipe(write_end)
+        os.write(write_end, b"x" * 500_000)
+        assert len(fds[0].read_now()) == 500_000
+        kept = process.memory_info().rss - before
+        assert kept < 4 * 1024 * 1024, f"after one large read, {kept / 1e6:.1f} MB stayed"
+    finally:
+        for fd in fds:
+            fd.close()
+        for _, write_end in pipes:
+            os.close(write_end)
 
 
 def test_chunks_read_into_the_shared_buffer_stay_as_they_were_read() -> None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio  # noqa: TID251 - a descriptor watched across reads is asyncio's add_reader; anyio has none
 import errno
 import fcntl
+import mmap
 import os
 import stat
 from collections import deque
@@ -27,6 +28,8 @@ PIPE_BYTES = 1 << 20
 """The buffer the guard asks for on its pipes: a megabyte result then crosses in one write and one wake-up."""
 _OWN_BUFFER = 1 << 17
 """From this read size on, reads go into a buffer kept across reads (see :meth:`Fd.read_now`)."""
+_GIVE_BACK = 1 << 18
+"""After a read this large, the buffer's pages are handed back to the system (until the next large one)."""
 
 
 def enlarge_pipe(fd: int) -> None:
@@ -40,6 +43,13 @@ def enlarge_pipe(fd: int) -> None:
     if command is not None and stat.S_ISFIFO(os.fstat(fd).st_mode):
         with suppress(OSError):
             fcntl.fcntl(fd, command, PIPE_BYTES)
+
+
+def _buffer(size: int) -> mmap.mmap | None:
+    """Anonymous memory for reads: its pages become resident only as reads fill them (None: no ``readv`` here)."""
+    if not hasattr(os, "readv") or not hasattr(mmap, "MADV_DONTNEED"):
+        return None
+    return mmap.mmap(-1, size)
 
 
 def _is_stream(fd: int) -> bool:
@@ -70,7 +80,7 @@ class Fd:
         """The loop watching the descriptor for reading, between one read and the next."""
         self.grow = False
         """Enlarge the pipe the first time a message does not fit (:func:`enlarge_pipe`)."""
-        self._buffer = bytearray(read_size) if read_size >= _OWN_BUFFER and hasattr(os, "readv") else None
+        self._buffer = _buffer(read_size) if read_size >= _OWN_BUFFER else None
 
     def close(self) -> None:
         """Close the descriptor, once, waking a task that waits on it first.
@@ -91,6 +101,9 @@ class Fd:
                     anyio.notify_closing(self.fd)
             with suppress(OSError):
                 os.close(self.fd)
+            if self._buffer is not None:
+                with suppress(BufferError):
+                    self._buffer.close()
 
     async def read(self) -> bytes:
         """The next chunk; b"" at end of file, or once the descriptor was closed.
@@ -164,7 +177,11 @@ class Fd:
         if buffer is None:
             return os.read(self.fd, self.read_size)
         size = os.readv(self.fd, (buffer,))
-        return bytes(memoryview(buffer)[:size])
+        with memoryview(buffer) as view:
+            chunk = bytes(view[:size])
+        if size >= _GIVE_BACK:
+            buffer.madvise(mmap.MADV_DONTNEED)  # a megabyte result must not stay resident in every guard
+        return chunk
 
     def unwatch(self) -> None:
         """Stop the loop watching the descriptor for :meth:`read` (another reader takes over, or nobody reads)."""
