@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+from types import MappingProxyType
 from typing import Any
 
 from hypothesis import example, given
@@ -219,3 +220,13 @@ def test_deep_nesting_fingerprints() -> None:
     deep = nested(10_000, as_object=True)
     assert call_key("t", deep) != call_key("t", nested(9_999, as_object=True))
     assert result_key({"structuredContent": nested(10_000, as_object=False)})
+
+
+@given(TEXT)
+@example("")
+@example("x" * 300_000)
+def test_a_plain_text_item_is_fingerprinted_as_any_other_item(value: str) -> None:
+    """Plain text items take a shortcut; their key must be the one the general path gives."""
+    general = {"content": [MappingProxyType({"type": "text", "text": value})]}
+    assert result_key(text(value)) == result_key(general)
+    assert result_key(text(value)) != result_key({"content": [{"type": "text", "text": value, "x": 1}]})

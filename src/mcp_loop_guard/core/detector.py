@@ -20,6 +20,7 @@ identical calls of destructive, non-idempotent tools whatever their results.
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from hashlib import sha256
@@ -123,7 +124,13 @@ def error_outcome(code: object, message: object) -> Outcome:
 
 
 def _allow(state: State, tool: str, streak: int = 0) -> Verdict:
-    return Verdict(Action.ALLOW, tool, streak, blocks=state.blocks)
+    return _allowed(tool, streak, state.blocks)
+
+
+@functools.lru_cache(maxsize=1024)
+def _allowed(tool: str, streak: int, blocks: int) -> Verdict:
+    """The verdict of most calls, shared: a verdict is immutable, and building one costs more than the lookup."""
+    return Verdict(Action.ALLOW, tool, streak, blocks=blocks)
 
 
 def begin(state: State, call: Call, policy: Policy, session: Policy, now: float) -> tuple[Ticket | None, Verdict]:

@@ -84,12 +84,18 @@ def result_key(result: Mapping[str, Any]) -> ResultKey:
 
 
 _RESULT_FIELDS: Final = frozenset({"content", "structuredContent", "isError", META})
+_PLAIN_TEXT: Final = b'{"type":"text"}'
+"""The canonical JSON of a text item's small fields, when it has no others."""
 _ITEM_BIG_FIELDS: Final = (("text", b"t"), ("data", b"d"), ("blob", b"b"))
 _RESOURCE_BIG_FIELDS: Final = (("text", b"T"), ("blob", b"B"))
 
 
 def _hash_item(digest: _Hash, item: object) -> None:
     """Hash one content item: its small fields as canonical JSON, its big strings raw."""
+    if type(item) is dict and len(item) == 2 and item.get("type") == "text" and type(item.get("text")) is str:
+        _frame(digest, b"I", _PLAIN_TEXT)  # the most common item, framed as the general case below frames it
+        _frame_text(digest, b"t", item["text"])
+        return
     if not isinstance(item, dict | Mapping):
         _frame(digest, b"J", encode(item, drop_meta=True))
         return

@@ -54,7 +54,12 @@ def without_notes(result: dict[str, Any]) -> dict[str, Any]:
     hashed, they would make every result look new and hide the loop from this guard.
     """
     content = result.get("content")
-    if not isinstance(content, list) or not any(_is_note(item) for item in content):
+    if not isinstance(content, list):
+        return result
+    for item in content:  # a plain loop: this runs for every result
+        if _is_note(item):
+            break
+    else:
         return result
     return {**result, "content": [item for item in content if not _is_note(item)]}
 
