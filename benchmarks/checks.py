@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 
-from benchmarks.results import DIRECT, FASTMCP, RELAY, SHA256_FLOOR, Check, Report, Row
+from benchmarks.results import DIRECT, FASTMCP, HASH_FLOOR, RELAY, Check, Report, Row
 
 STDIO_SMALL_VS_DIRECT = 1.5
 STDIO_SMALL_VS_RELAY = 0.15
@@ -71,14 +71,14 @@ def evaluate(report: Report, guard: str) -> list[Check]:
     checks.append(_judge(goal, x_rate, x_rate >= HTTP_THROUGHPUT_VS_DIRECT, f"{x_rate:.2f}x"))
     text, floor = (
         _first(report, "fingerprint", "result_key", "text"),
-        _first(report, "fingerprint", SHA256_FLOOR, "text"),
+        _first(report, "fingerprint", HASH_FLOOR, "text"),
     )
     gb_s = text.get("gb_s") if text else math.nan
     goal = f"fingerprint text: >= {FINGERPRINT_GB_S} GB/s"
     shown = f"{gb_s:.2f} GB/s median"
     if text and floor:
         best = text.get("mb") / text.get("best_ms")
-        shown += f" (best {best:.2f}; SHA-256 alone: {floor.get('gb_s'):.2f} median)"
+        shown += f" (best {best:.2f}; XXH3 alone: {floor.get('gb_s'):.2f} median)"
     checks.append(_judge(goal, gb_s, gb_s >= FINGERPRINT_GB_S, shown))
     goal = f"detector: < {DETECTOR_BYTES} B per session, flat over calls"
     settled = [

@@ -18,7 +18,8 @@ GUARD = "mcp-loop-guard"
 FASTMCP = "fastmcp"
 MCP_PROXY = "mcp-proxy"
 RELAY = "byte relay"
-SHA256_FLOOR = "sha256 alone"
+HASH_FLOOR = "xxh3-128 alone"
+SHA256_ALONE = "sha256 alone"
 """The floor: a process that copies bytes both ways and parses nothing."""
 
 Value = float | int | str
