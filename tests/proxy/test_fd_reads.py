@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import resource
 import tracemalloc
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -62,6 +63,39 @@ def test_descriptors_waiting_for_a_child_hold_no_megabyte_each() -> None:
             fd.close()
         for _, write_end in pipes:
             os.close(write_end)
+
+
+def _faults() -> int:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+
+
+async def test_large_reads_in_a_row_reuse_the_pages_which_go_back_once_they_stop() -> None:
+    """A megabyte result per call must not fault a fresh megabyte in each time, nor stay resident when idle."""
+    large = b"x" * 500_000  # 122 pages
+    with child_stdout() as (fd, write_end):
+        assert fd.buffer is not None
+        fd.buffer.release_after = 0.2
+
+        def read_large() -> None:
+            os.write(write_end, large)
+            assert len(fd.read_now()) == len(large)
+
+        for _ in range(3):  # the allocator settles on where the chunks go
+            read_large()
+        before = _faults()
+        for _ in range(5):
+            read_large()
+        in_a_row = _faults() - before
+        assert in_a_row < 150, f"five large reads in a row took {in_a_row} page faults (122 each when handed back)"
+        assert fd.buffer.holding
+        await anyio.sleep(0.2)  # the pages go back 0.2 s after the last large read
+        with anyio.fail_after(10):
+            while fd.buffer.holding:  # noqa: ASYNC110 - a loop timer, nothing to wait on as an event
+                await anyio.sleep(0.05)
+        before = _faults()
+        read_large()
+        again = _faults() - before
+        assert again >= 100, f"the pages were not handed back: the next large read took {again} page faults"
 
 
 def test_chunks_read_into_the_shared_buffer_stay_as_they_were_read() -> None:

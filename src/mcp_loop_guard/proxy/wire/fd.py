@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio  # noqa: TID251 - a descriptor watched across reads is asyncio's add_reader; anyio has none
 import errno
 import fcntl
-import mmap
 import os
 import stat
 from collections import deque
@@ -21,15 +20,15 @@ from contextlib import asynccontextmanager, suppress
 import anyio
 import anyio.to_thread
 
+from mcp_loop_guard.proxy.wire.buffer import ReadBuffer
+
 __all__ = ["PIPE_BYTES", "Fd", "Writer", "claimed_stdio", "enlarge_pipe"]
 
 READ_CHUNK = 1 << 16
 PIPE_BYTES = 1 << 20
 """The buffer the guard asks for on its pipes: a megabyte result then crosses in one write and one wake-up."""
 _OWN_BUFFER = 1 << 17
-"""From this read size on, reads go into a buffer kept across reads (see :meth:`Fd.read_now`)."""
-_GIVE_BACK = 1 << 18
-"""After a read this large, the buffer's pages are handed back to the system (until the next large one)."""
+"""From this read size on, reads go into a buffer kept across reads (see :class:`ReadBuffer`)."""
 
 
 def enlarge_pipe(fd: int) -> None:
@@ -43,13 +42,6 @@ def enlarge_pipe(fd: int) -> None:
     if command is not None and stat.S_ISFIFO(os.fstat(fd).st_mode):
         with suppress(OSError):
             fcntl.fcntl(fd, command, PIPE_BYTES)
-
-
-def _buffer(size: int) -> mmap.mmap | None:
-    """Anonymous memory for reads: its pages become resident only as reads fill them (None: no ``readv`` here)."""
-    if not hasattr(os, "readv") or not hasattr(mmap, "MADV_DONTNEED"):
-        return None
-    return mmap.mmap(-1, size)
 
 
 def _is_stream(fd: int) -> bool:
@@ -80,7 +72,7 @@ class Fd:
         """The loop watching the descriptor for reading, between one read and the next."""
         self.grow = False
         """Enlarge the pipe the first time a message does not fit (:func:`enlarge_pipe`)."""
-        self._buffer = _buffer(read_size) if read_size >= _OWN_BUFFER else None
+        self.buffer = ReadBuffer.create(read_size) if read_size >= _OWN_BUFFER else None
 
     def close(self) -> None:
         """Close the descriptor, once, waking a task that waits on it first.
@@ -101,9 +93,8 @@ class Fd:
                     anyio.notify_closing(self.fd)
             with suppress(OSError):
                 os.close(self.fd)
-            if self._buffer is not None:
-                with suppress(BufferError):
-                    self._buffer.close()
+            if self.buffer is not None:
+                self.buffer.close()
 
     async def read(self) -> bytes:
         """The next chunk; b"" at end of file, or once the descriptor was closed.
@@ -162,26 +153,15 @@ class Fd:
         waiter.set_result(chunk)
 
     def read_now(self) -> bytes:
-        """One read of what is there, without waiting.
-
-        A large read size goes through a buffer of the descriptor's own: ``os.read`` would
-        allocate the whole size afresh for every read (a megabyte is a fresh ``mmap``, shrunk
-        and unmapped again around a few hundred bytes), which cost more than the rest of a
-        small call's relaying.
+        """One read of what is there, without waiting (a large read size through :class:`ReadBuffer`).
 
         Raises:
             BlockingIOError: nothing to read now.
             OSError: the descriptor failed.
         """
-        buffer = self._buffer
-        if buffer is None:
+        if self.buffer is None:
             return os.read(self.fd, self.read_size)
-        size = os.readv(self.fd, (buffer,))
-        with memoryview(buffer) as view:
-            chunk = bytes(view[:size])
-        if size >= _GIVE_BACK:
-            buffer.madvise(mmap.MADV_DONTNEED)  # a megabyte result must not stay resident in every guard
-        return chunk
+        return self.buffer.read(self.fd)
 
     def unwatch(self) -> None:
         """Stop the loop watching the descriptor for :meth:`read` (another reader takes over, or nobody reads)."""
