@@ -1,10 +1,6 @@
 """mcp-loop-guard: a transparent MCP proxy that stops tool-call loops."""
 
-from importlib.metadata import PackageNotFoundError, version
-
-try:
-    __version__ = version("mcp-loop-guard")
-except PackageNotFoundError:  # pragma: no cover - running from a source tree
-    __version__ = "0.0.0"
+__version__ = "0.1.0"
+"""The one place the version is written (the build reads it here): no metadata lookup at start."""
 
 __all__ = ["__version__"]
