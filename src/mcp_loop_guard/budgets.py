@@ -25,7 +25,12 @@ class BudgetSpec(BaseModel):
     """One budget as configured: the tools it covers, its cap, its window."""
 
     model_config = ConfigDict(
-        extra="forbid", frozen=True, alias_generator=to_camel, validate_by_name=True, validate_by_alias=True
+        extra="forbid",
+        frozen=True,
+        alias_generator=to_camel,
+        validate_by_name=True,
+        validate_by_alias=True,
+        defer_build=True,  # built at the first budget given: a guard without one never pays for it
     )
 
     tools: str = Field(default="*", min_length=1)

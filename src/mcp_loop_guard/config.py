@@ -145,7 +145,8 @@ class ConfigError(SettingsError):
 class _Entry(BaseModel):
     """One server entry as clients write it; keys other clients add (``timeout``...) are ignored."""
 
-    model_config = ConfigDict(extra="ignore", strict=True, frozen=True)
+    # Built at the first config file read: a guard started with a command alone never pays for it.
+    model_config = ConfigDict(extra="ignore", strict=True, frozen=True, defer_build=True)
 
     command: str | None = Field(default=None, min_length=1)
     args: list[str] = Field(default_factory=list)

@@ -38,6 +38,7 @@ class ToolSpec(BaseModel):
         alias_generator=to_camel,
         validate_by_name=True,
         validate_by_alias=True,
+        defer_build=True,  # built at the first override given: a guard without one never pays for it
     )
 
     THRESHOLDS: ClassVar[tuple[tuple[str, str], ...]] = (
