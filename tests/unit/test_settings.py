@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import json
 import os
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -371,3 +374,24 @@ def test_file_settings_is_a_read_only_mapping() -> None:
     assert section.where("warn_threshold") == f"loopGuard.warnThreshold in {FILE}"
     assert FileSettings({"port": 1}).where("port") == "port"
     assert Path(section.file).name == "mcp.json"
+
+
+_MODELS_BUILT = """
+import json
+from mcp_loop_guard.budgets import BudgetSpec
+from mcp_loop_guard.config import _Entry, stdio_command_config
+from mcp_loop_guard.plan import plan
+from mcp_loop_guard.policies import ToolSpec
+from mcp_loop_guard.settings import load_settings
+
+config = stdio_command_config(["server"], None)
+plan(config, load_settings(config.settings))
+print(json.dumps([m.__pydantic_complete__ for m in (BudgetSpec, ToolSpec, _Entry)]))
+"""
+
+
+def test_a_guard_given_a_command_alone_builds_no_model_it_does_not_use() -> None:
+    """A model built costs every guard memory: budgets, tool overrides and config entries wait for a first use."""
+    env = {k: v for k, v in os.environ.items() if not k.upper().startswith("LOOP_GUARD_")}
+    result = subprocess.run([sys.executable, "-c", _MODELS_BUILT], capture_output=True, text=True, env=env, check=True)
+    assert json.loads(result.stdout) == [False, False, False]
