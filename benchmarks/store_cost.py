@@ -104,12 +104,14 @@ def mixed_step(i: int) -> list[tuple[str, dict[str, Any], dict[str, Any] | None,
 def prepared(count: int, policy: Policy) -> list[list[tuple[Call, Outcome]]]:
     """The workload with fingerprints computed ahead, so only the store path is timed."""
     steps: list[list[tuple[Call, Outcome]]] = []
-    i = 0
-    while sum(len(step) for step in steps) < count:
-        steps.append(
-            [(call_of(tool, args, notes), outcome_of(result, policy)) for tool, args, notes, result in mixed_step(i)]
-        )
-        i += 1
+    calls = 0
+    while calls < count:
+        step = [
+            (call_of(tool, args, notes), outcome_of(result, policy))
+            for tool, args, notes, result in mixed_step(len(steps))
+        ]
+        steps.append(step)
+        calls += len(step)
     return steps
 
 
