@@ -181,11 +181,17 @@ async def _keys_rss(run: Run, task: TaskID, *, via: str, server: psutil.Process,
     return Row("memory", case, via, values, "--stateless, X-Loop-Guard-Key")
 
 
+UNJUDGED_NOTE = "the same relay with tools/call unjudged (benchmarks/unjudged_guard.py): the relay's own cost"
+
+
 def _stdio_vias(run: Run, upstream: list[str], cases: Sequence[str]) -> list[Via]:
     vias = [Via(DIRECT, upstream)]
     relay = [sys.executable, str(BENCH_DIR / "relay_floor.py"), *upstream]
     vias.append(Via(RELAY, relay, note="copies bytes, parses nothing: the least a proxy process costs"))
     vias += [Via(build.label, build.command(upstream), build.env) for build in run.builds]
+    first = run.builds[0]
+    unjudged = [sys.executable, str(BENCH_DIR / "unjudged_guard.py"), "--", *upstream]
+    vias.append(Via(f"{first.label}, judging off", unjudged, first.env, note=UNJUDGED_NOTE))
     fastmcp_skip = run.peer_skips[FASTMCP]
     if fastmcp_skip is None:
         argv = [str(FASTMCP_PEER.executable), str(FASTMCP_SCRIPT), "stdio", *upstream]

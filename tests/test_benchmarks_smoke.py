@@ -9,7 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.harness import REPO_ROOT
+from tests.harness import REPO_ROOT, guard_command, guard_notes, open_stdio_session, texts
+
+BENCHMARK_FIXTURE = [sys.executable, str(REPO_ROOT / "benchmarks" / "fixture_server.py")]
 
 
 def run_benchmark(module: str, *args: str, timeout: float = 120) -> str:
@@ -34,6 +36,29 @@ def test_benchmark_smoke_run(tmp_path: Path) -> None:
     results = json.loads(out.read_text())
     scenarios = {row.get("scenario") for row in results["rows"]}
     assert {"stdio", "remote", "fingerprint", "memory"} <= scenarios, scenarios
+    unjudged = [row for row in results["rows"] if row["via"].endswith(", judging off") and not row.get("skipped")]
+    assert {row["case"] for row in unjudged} >= {"echo · fixture"}, unjudged
+    assert all(row["values"]["cpu_ms"] > 0 for row in unjudged), unjudged
+
+
+@pytest.mark.e2e
+@pytest.mark.anyio
+@pytest.mark.parametrize("unjudged", [False, True], ids=["guard", "judging-off"])
+async def test_the_judging_off_row_runs_the_relay_with_no_call_judged(
+    tmp_path: Path, process_marker: str, *, unjudged: bool
+) -> None:
+    """The benchmark's "judging off" guard relays calls intact and judges none: the loop the guard refuses goes by."""
+    if unjudged:
+        command = [sys.executable, str(REPO_ROOT / "benchmarks" / "unjudged_guard.py"), "--", *BENCHMARK_FIXTURE]
+    else:
+        command = guard_command(BENCHMARK_FIXTURE)
+    env = {"LOOP_GUARD_STATE": "memory"}
+    async with open_stdio_session(command, marker=process_marker, stderr=tmp_path / "stderr.log", env=env) as opened:
+        results = [await opened.session.call_tool("echo", {"text": "same"}) for _ in range(6)]
+    if unjudged:
+        assert [(r.is_error, texts(r), guard_notes(r)) for r in results] == [(False, ["same"], [])] * 6
+    else:
+        assert [r.is_error for r in results] == [False] * 4 + [True] * 2
 
 
 @pytest.mark.e2e
