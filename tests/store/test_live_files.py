@@ -9,7 +9,7 @@ from pathlib import Path
 
 import anyio
 import pytest
-from hypothesis import given
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from mcp_loop_guard.core.state import State
@@ -164,5 +164,27 @@ def test_a_file_number_is_not_inherited_by_the_upstream(tmp_path: Path) -> None:
     live = LiveFiles(tmp_path / "live").open("stdio:f")
     try:
         assert not os.get_inheritable(live.fd)
+    finally:
+        live.close(remove=True)
+
+
+@settings(max_examples=50, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    key=st.text(st.characters(blacklist_characters="\0", blacklist_categories=("Cs",)), min_size=1),
+    states=st.lists(st.text(st.characters(blacklist_categories=("Cs",))), min_size=1, max_size=4),
+)
+def test_a_live_file_holds_what_encode_writes_and_the_last_record_for_its_row(
+    tmp_path: Path, key: str, states: list[str]
+) -> None:
+    """The live file's own fast path writes the bytes of :func:`encode`, a shorter record over a longer one too."""
+    live = LiveFiles(tmp_path / "live").open(key)
+    try:
+        assert live.last is None
+        for expires, state in enumerate(states):
+            live.write(float(expires), state.encode())
+            record = Record(key, float(expires), state)
+            assert live.path.read_bytes()[: len(encode(record))] == encode(record)
+            assert LiveFiles(live.path.parent).read(key) == record
+            assert live.last == record
     finally:
         live.close(remove=True)

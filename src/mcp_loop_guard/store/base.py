@@ -144,6 +144,11 @@ def write_state(state: State) -> str:
     return codec.dumps(state.wire()).decode()
 
 
+def state_bytes(state: State) -> bytes:
+    """:func:`write_state` as UTF-8, for a store that writes bytes."""
+    return codec.dumps(state.wire())
+
+
 class Store(Protocol):
     """A place to keep agents' loop states."""
 

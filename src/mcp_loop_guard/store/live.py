@@ -66,20 +66,34 @@ def decode(data: bytes) -> Record | None:
 class LiveFile:
     """One held key's file, open for rewriting."""
 
-    def __init__(self, path: Path, fd: int) -> None:
-        """Take over ``fd``, open on ``path``."""
+    def __init__(self, path: Path, fd: int, key: str) -> None:
+        """Take over ``fd``, open on ``path`` for ``key``."""
         self.path = path
         self.fd = fd
-        self.last: Record | None = None
-        """The record written last, for the row written at release."""
+        self.key = key
+        self._prefix = key.encode() + b"\0"
+        self._last: tuple[float, bytes] | None = None
 
-    def write(self, record: Record) -> None:
-        """Rewrite the file with ``record`` (one ``pwrite``; a shorter record leaves stale bytes the header excludes).
+    @property
+    def last(self) -> Record | None:
+        """The record written last, for the row written at release."""
+        if self._last is None:
+            return None
+        expires, state = self._last
+        return Record(self.key, expires, state.decode())
+
+    def write(self, expires: float, state: bytes) -> None:
+        """Rewrite the file with the key's ``state`` (stored JSON) expiring at ``expires``, as :func:`encode` does.
+
+        One ``pwrite``; a shorter record leaves stale bytes the header excludes. The record is
+        built from the key's bytes, encoded once, and the state as it was serialized: this runs
+        before every answer a stdio guard sends.
 
         Raises:
             OSError: the file cannot be written (disk full, I/O error).
         """
-        data = encode(record)
+        body = self._prefix + _EXPIRES.pack(expires) + state
+        data = _HEAD.pack(MAGIC, len(body), zlib.crc32(body)) + body
         if hasattr(os, "pwrite"):
             written = os.pwrite(self.fd, data, 0)
         else:  # Windows: no pwrite; the file is ours alone, so seek and write is the same
@@ -87,7 +101,7 @@ class LiveFile:
             written = os.write(self.fd, data)
         if written != len(data):
             raise OSError(f"short write to {self.path} ({written} of {len(data)} bytes)")
-        self.last = record
+        self._last = (expires, state)
 
     def close(self, *, remove: bool) -> None:
         """Close the file; ``remove``: its record is in the row now, so the file goes too."""
@@ -119,7 +133,7 @@ class LiveFiles:
         path = self.path(key)
         flags = os.O_RDWR | os.O_CREAT | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_BINARY", 0)
         fd = os.open(path, flags, 0o600)
-        return LiveFile(path, fd)
+        return LiveFile(path, fd, key)
 
     def read(self, key: str) -> Record | None:
         """``key``'s record, if its file holds a whole one for that key."""

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from mcp_loop_guard.core.state import State
-from mcp_loop_guard.store.base import KeyInfo, Owner, StoreError, read_state, wall_clock, write_state
+from mcp_loop_guard.store.base import KeyInfo, Owner, StoreError, read_state, state_bytes, wall_clock, write_state
 from mcp_loop_guard.store.live import LiveFile, LiveFiles, Record
 
 logger = logging.getLogger(__name__)
@@ -162,7 +162,7 @@ class SqliteStore:
         held = self._held.get(key)
         if held is not None:
             try:
-                held.write(Record(key, now + ttl, write_state(state)))
+                held.write(now + ttl, state_bytes(state))
             except OSError as exc:
                 logger.warning("cannot write %s (%s); the agent's state goes to the state file", held.path, exc)
                 del self._held[key]
