@@ -7,6 +7,7 @@ test checks the HTTP layer itself (status codes, headers).
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import signal
@@ -14,7 +15,7 @@ import socket
 import ssl
 import subprocess
 import sys
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager, AsyncExitStack, asynccontextmanager, suppress
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -73,12 +74,37 @@ def http_client(**options: Any) -> httpx2.AsyncClient:
     return httpx2.AsyncClient(verify=TLS, **options)
 
 
+PORT_BLOCK = 1500
+"""Ports each test process draws from, in turn: its own block, below Linux's ephemeral range (from 32768)."""
+FIRST_PORT = 20000
+
+
+def _worker_ports() -> Iterator[int]:
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "gw0").removeprefix("gw")
+    first = FIRST_PORT + (int(worker) % 8 if worker.isdigit() else 0) * PORT_BLOCK
+    return itertools.cycle(range(first, first + PORT_BLOCK))
+
+
+_ports = _worker_ports()
+
+
 def free_port() -> int:
-    """A TCP port on the loopback interface that nothing listens on right now."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
-        probe.bind((LOCALHOST, 0))
-        port: int = probe.getsockname()[1]
-        return port
+    """A TCP port on the loopback interface that nothing listens on right now.
+
+    Each pytest worker takes the ports of a block of its own in turn, so two workers never
+    pick the same port between the check and a server's bind, and none of them is a port the
+    system hands out by itself (a bind to port 0, the local end of an outgoing connection).
+    """
+    for _ in range(PORT_BLOCK):
+        port = next(_ports)
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+            try:
+                probe.bind((LOCALHOST, port))
+            except OSError:
+                continue
+            return port
+    msg = f"no free port left among this worker's {PORT_BLOCK}"
+    raise RuntimeError(msg)
 
 
 # --- config files ----------------------------------------------------------------------------
