@@ -42,7 +42,12 @@ class Record:
 
 def encode(record: Record) -> bytes:
     """The record as written: header, then key, NUL, expiry, state."""
-    body = record.key.encode() + b"\0" + _EXPIRES.pack(record.expires) + record.state.encode()
+    return _framed(record.key.encode() + b"\0", record.expires, record.state.encode())
+
+
+def _framed(key: bytes, expires: float, state: bytes) -> bytes:
+    """Header and body of a record, from its key's bytes (NUL included) and its state's."""
+    body = key + _EXPIRES.pack(expires) + state
     return _HEAD.pack(MAGIC, len(body), zlib.crc32(body)) + body
 
 
@@ -92,8 +97,7 @@ class LiveFile:
         Raises:
             OSError: the file cannot be written (disk full, I/O error).
         """
-        body = self._prefix + _EXPIRES.pack(expires) + state
-        data = _HEAD.pack(MAGIC, len(body), zlib.crc32(body)) + body
+        data = _framed(self._prefix, expires, state)
         if hasattr(os, "pwrite"):
             written = os.pwrite(self.fd, data, 0)
         else:  # Windows: no pwrite; the file is ours alone, so seek and write is the same
