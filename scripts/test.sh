@@ -8,8 +8,9 @@
 # (pytest, ruff, mypy, mcp-server-time, mcp-server-git, ...), and installs the
 # pinned npm packages of every tests/*/package.json (server-everything and
 # server-filesystem in tests/node, the conformance suite in tests/conformance, the Claude
-# Code CLI in tests/clients) from their lockfiles, and redis-server (from apt, when
-# missing) for the state store tests.
+# Code CLI in tests/clients) from their lockfiles, redis-server (from apt, when
+# missing) for the state store tests, and valgrind (from apt, when missing) for the
+# benchmarks' instruction count.
 set -euo pipefail
 
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -48,6 +49,18 @@ if ! command -v redis-server >/dev/null && ! command -v valkey-server >/dev/null
         sudo apt-get install -y -q redis-server >/dev/null
     else
         echo "error: redis-server (or valkey-server) is required for the state store tests; install it" >&2
+        exit 1
+    fi
+fi
+
+if ! command -v valgrind >/dev/null; then
+    echo "== installing valgrind (the benchmarks count the instructions of a judged call with it)"
+    if [[ $(id -u) -eq 0 ]] && command -v apt-get >/dev/null; then
+        apt-get install -y -q valgrind >/dev/null || { apt-get update -q >/dev/null && apt-get install -y -q valgrind >/dev/null; }
+    elif command -v sudo >/dev/null && command -v apt-get >/dev/null; then
+        sudo apt-get install -y -q valgrind >/dev/null
+    else
+        echo "error: valgrind is required for the benchmark smoke tests; install it" >&2
         exit 1
     fi
 fi

@@ -6,6 +6,7 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -67,6 +68,39 @@ def test_store_cost_smoke_run() -> None:
     stdout = run_benchmark("store_cost", "--only", "cost", "--only", "size")
     rows = {line.split("│")[1].strip() for line in stdout.splitlines() if line.count("│") > 2}
     assert {"detector alone", "memory", "sqlite", "sqlite-held", "redis", "1,000", "largest on the way"} <= rows, stdout
+
+
+def test_instruction_count_smoke_run() -> None:
+    """`python -m benchmarks.instructions --size smoke` counts a judged call, and each part's loop still judges."""
+    stdout = run_benchmark("instructions")
+    cells = [line.split("│") for line in stdout.splitlines() if line.count("│") == 4]
+    rows = {row[1].strip(): row[2].strip() for row in cells}
+    count = int(rows["parse and judge a small call, in all"].replace(",", ""))
+    assert 50_000 < count < 2_000_000, stdout  # a count of the loop, not of start-up or of nothing
+
+
+def _loop_left(without: str | None) -> dict[str, Any]:
+    """What the instruction count's loop left after 30 calls, with ``without`` taken out (in a process of its own)."""
+    command = [sys.executable, "-m", "benchmarks.instructions", "--loop", "30", "--summary"]
+    command += ["--without", without] if without is not None else []
+    done = subprocess.run(command, cwd=REPO_ROOT, capture_output=True, text=True, timeout=120, check=False)
+    assert done.returncode == 0, done.stderr[-3000:]  # every call allowed, its answer unchanged
+    left: dict[str, Any] = json.loads(done.stdout)
+    return left
+
+
+def test_each_part_taken_out_of_the_counted_loop_is_gone_and_the_rest_still_runs() -> None:
+    """Each part the count takes out is missing from its loop, and only it: every call is still judged and allowed."""
+    whole = _loop_left(None)
+    assert whole["writes"] >= 30, whole
+    assert len(whole["sequence"]) > 1, whole
+    assert len(set(whole["sequence"])) == len(whole["sequence"]), whole  # distinct calls: nothing repeated
+    assert _loop_left("state write")["writes"] == 0
+    unfingerprinted = _loop_left("fingerprints")
+    assert unfingerprinted["writes"] >= 30, unfingerprinted
+    assert set(unfingerprinted["sequence"]).isdisjoint(whole["sequence"]), unfingerprinted  # stand-in keys
+    undetected = _loop_left("detector")
+    assert (undetected["sequence"], undetected["writes"] >= 30) == ([], True), undetected
 
 
 def test_cold_cost_smoke_run() -> None:
