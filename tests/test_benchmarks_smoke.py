@@ -71,7 +71,7 @@ def test_store_cost_smoke_run() -> None:
 
 
 def test_instruction_count_smoke_run() -> None:
-    """`python -m benchmarks.instructions --size smoke` counts a judged call, and each part's loop still judges."""
+    """`python -m benchmarks.instructions --size smoke` counts the instructions of a judged call."""
     stdout = run_benchmark("instructions")
     cells = [line.split("│") for line in stdout.splitlines() if line.count("│") == 4]
     rows = {row[1].strip(): row[2].strip() for row in cells}
