@@ -5,7 +5,7 @@ server's own stdio, in the same test. The rest checks what sharing one child tak
 whose request ids collide, each one's progress and sampling reaching it alone, one handshake
 for the child however many sessions come, a loop ending its own session only, a child that
 dies and is started again, task-augmented calls, and 2026-07-28 clients served on the same
-child through the SDK path.
+child through the SDK path, which is loaded only when the first of them comes.
 """
 
 from __future__ import annotations
@@ -36,7 +36,9 @@ from tests.harness import (
     everything_facts,
     fixture_command,
     read_json_lines,
+    tapped,
     texts,
+    wiretap_command,
 )
 from tests.http_harness import (
     EVERYTHING_BIN,
@@ -44,12 +46,14 @@ from tests.http_harness import (
     Rig,
     ServerProcess,
     Transport,
+    http_get,
     initialize_body,
     mcp_http_client,
     open_http_session,
     open_sse_session,
     ping_in_session,
     poll,
+    sdk_modules,
 )
 
 pytestmark = [pytest.mark.e2e, pytest.mark.anyio]
@@ -294,6 +298,76 @@ async def test_a_2026_client_is_served_on_the_same_child(rig: Rig) -> None:
     assert texts(modern_echo) == ["Echo: modern"]
     assert texts(legacy_echo) == ["Echo: legacy"]
     assert len(servers) == 1
+
+
+async def test_only_a_2026_client_loads_the_sdk_and_it_shares_the_child_and_its_one_handshake(
+    rig: Rig, tmp_path: Path
+) -> None:
+    """The guard opens, serves and supervises the child on its own JSON-RPC; the first 2026-07-28 client loads the SDK.
+
+    The SDK then reaches the same child as one more session: the child has had one
+    ``initialize`` for clients of both eras, and each client's loop is judged on its own.
+    """
+    tap, log = tmp_path / "tap.jsonl", tmp_path / "calls.jsonl"
+    # The guard's imports are listed on its stderr; the child's (Python too) must not be.
+    server = ["env", "-u", "PYTHONPROFILEIMPORTTIME", *wiretap_command(tap, fixture_command("counting_server"))]
+    env = {"PYTHONPROFILEIMPORTTIME": "1", "COUNTING_SERVER_LOG": str(log)}
+    async with rig.guard(["--", *server], env=env) as guard:
+        async with open_http_session(guard.mcp_url) as legacy:
+            with anyio.fail_after(20):
+                handshake_era = [await legacy.session.call_tool("constant", {}) for _ in range(3)]
+        ready = (await http_get(guard.url("/readyz"))).json()
+        before = sdk_modules(guard)
+        async with (
+            mcp_http_client() as http,
+            Client(streamable_http_client(guard.mcp_url, http_client=http), mode=MODERN_VERSION) as modern,
+        ):
+            with anyio.fail_after(30):
+                modern_era = [await modern.call_tool("constant", {}) for _ in range(3)]
+            version = modern.protocol_version
+        after = sdk_modules(guard)
+    assert before == set(), sorted(before)[:10]
+    assert ready["ready"] is True, ready
+    assert {"mcp", "mcp_types"} <= after
+    assert version == MODERN_VERSION
+    assert [action(result) for result in handshake_era] == [None, None, "warn"]
+    assert [action(result) for result in modern_era] == [None, None, "warn"]
+    assert len(counted_calls(log, "constant")) == 6
+    assert len(tapped(tap, "server", "initialize")) == 1, "one handshake: the guard's own"
+    assert len(tapped(tap, "server", "notifications/initialized")) == 1
+
+
+async def test_a_2026_client_is_served_again_by_the_child_started_after_a_crash(rig: Rig, tmp_path: Path) -> None:
+    """The SDK path follows the shared child: after it crashes and is started again, the same client is served."""
+    log = tmp_path / "calls.jsonl"
+    async with (
+        _counting_guard(rig, log) as guard,
+        mcp_http_client() as http,
+        Client(streamable_http_client(guard.mcp_url, http_client=http), mode=MODERN_VERSION) as modern,
+    ):
+        first = _upstream_processes(guard, "counting_server")
+        with anyio.fail_after(20):
+            crashed = await _call_or_error(modern, "crash", {})
+
+        async def echo() -> str:
+            return await _call_or_error(modern, "echo", {"text": "back"})
+
+        with anyio.fail_after(30):
+            again = await poll(echo, lambda said: said == "back", 0.2)
+        second = _upstream_processes(guard, "counting_server")
+    assert "exited with status 17" in crashed
+    assert again == "back"
+    assert len(first) == len(second) == 1
+    assert first[0].pid != second[0].pid
+
+
+async def _call_or_error(client: Client, tool: str, arguments: dict[str, Any]) -> str:
+    """The call's text, or the error it was refused with (a JSON-RPC error or an ``isError`` result)."""
+    try:
+        result = await client.call_tool(tool, arguments)
+    except MCPError as error:
+        return error.error.message
+    return " ".join(texts(result))
 
 
 async def test_a_client_taking_only_json_gets_the_answer_as_a_json_body(rig: Rig) -> None:

@@ -37,6 +37,7 @@ from tests.http_harness import (
     payload_verdict,
     poll,
     raw_session,
+    sdk_modules,
     tool_call_body,
 )
 
@@ -366,13 +367,6 @@ async def test_a_guard_started_again_serves_the_open_sessions_with_their_loop_st
     verdicts = [payload_verdict(payload_for(response, 1)) for response in [*before, *after]]
     assert verdicts == [None, None, "warn", "warn", "block"]
     assert len(counted_calls(tmp_path / "calls.jsonl", "echo")) == 4
-
-
-def sdk_modules(guard: ServerProcess) -> set[str]:
-    """The SDK's modules the guard imported so far (it runs with ``PYTHONPROFILEIMPORTTIME``)."""
-    lines = guard.stderr_text().splitlines()
-    names = {line.rsplit("|", 1)[-1].strip() for line in lines if line.startswith("import time:")}
-    return {name for name in names if name.split(".")[0] in ("mcp", "mcp_types")}
 
 
 async def test_a_2026_client_in_front_of_a_handshake_era_server_is_translated(rig: Rig) -> None:

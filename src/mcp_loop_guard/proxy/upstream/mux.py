@@ -1,18 +1,22 @@
-"""One stdio child shared by every session of an HTTP guard: the SDK's connection to it, and relayed sessions.
+"""One stdio child shared by every session of an HTTP guard: the guard's own connection to it, and relayed sessions.
 
-A child has one JSON-RPC connection. The guard's own SDK session (the *primary*) opens it
-with the handshake and serves the SDK-based paths (2026-07-28 clients, several upstreams);
-each relayed session (a :class:`Share`: :class:`~.mux_view.MuxView`) sends its messages
-through the same connection as they came, with its request ids and progress tokens
+A child has one JSON-RPC connection. The guard opens it with one handshake: its own
+(:meth:`Mux.handshake`, in front of one stdio server, so no SDK is loaded for it), or the
+one an SDK session sends (the *primary*, with several upstreams). The SDK-based paths of
+the former (2026-07-28 clients) reach the child as one more relayed session. Each relayed
+session (a :class:`Share`: :class:`~.mux_view.MuxView`) sends its messages through the same
+connection as they came, with its request ids and progress tokens
 replaced by ids of the guard's own, and gets back what is its own with the client's ids
 restored (a result keeps its bytes). A session's ``initialize`` is answered with the
-child's own answer to the primary's, so the child sees one handshake however many clients
+child's own answer to that one handshake, so the child sees one however many clients
 come and go.
 
 What the child sends is routed: an answer, progress and a cancellation to whoever asked; a
 request (sampling, elicitation, roots) to the one session with requests in flight, refused
 when several have (the child gives no way to tell which one asked); any other notification
 to everyone (``resources/updated`` only to the sessions that subscribed to that resource).
+Without a primary, a request nobody can be asked is refused and the rest of the primary's
+share is dropped.
 """
 
 from __future__ import annotations
@@ -33,12 +37,20 @@ from mcp_loop_guard.proxy.wire.feed import feed_lines
 from mcp_loop_guard.proxy.wire.lines import LineReader, Oversized
 from mcp_loop_guard.proxy.wire.messages import BadLine, Message, RequestId
 
-__all__ = ["Item", "Mux", "Share"]
+__all__ = ["HandshakeRefusedError", "Item", "Mux", "Share"]
 
 logger = logging.getLogger(__name__)
 
 Item = Message | BadLine | Oversized
 UPDATED = "notifications/resources/updated"
+
+
+class HandshakeRefusedError(Exception):
+    """The child answered the guard's ``initialize`` with an error: what it said."""
+
+
+async def _dropped(item: Item) -> None:
+    """No primary: what would be its share goes nowhere."""
 
 
 class Share(Protocol):
@@ -62,18 +74,26 @@ class Share(Protocol):
 
 
 class Mux:
-    """The child's stdio, shared by the primary SDK session and any number of relayed views."""
+    """The child's stdio, shared by the primary SDK session (if any) and any number of relayed views."""
 
-    def __init__(self, child: ChildProcess, to_primary: Callable[[Item], Awaitable[None]], *, max_bytes: int) -> None:
-        """``to_primary`` takes what is the SDK session's: answers to its requests and every broadcast."""
+    def __init__(
+        self, child: ChildProcess, to_primary: Callable[[Item], Awaitable[None]] | None = None, *, max_bytes: int
+    ) -> None:
+        """``to_primary`` takes what is the SDK session's: answers to its requests and every broadcast.
+
+        Without it the guard opens the child with :meth:`handshake`.
+        """
         self.child = child
-        self.to_primary = to_primary
+        self.to_primary = to_primary or _dropped
         self.max_bytes = max_bytes
         self.views: set[Share] = set()
         self.identity: dict[str, Any] | None = None
         """The child's answer to the primary's ``initialize`` (its result, as it sent it)."""
         self.ready = anyio.Event()
         self.closed: str | None = None
+        self.done = anyio.Event()
+        """Set when the child is gone (:attr:`closed` says why)."""
+        self._primary = to_primary is not None
         self._nonce = f"mlg-{secrets.token_hex(3)}-"
         self._ids = itertools.count(1)
         self._routes: dict[str, tuple[Share, RequestId]] = {}
@@ -142,7 +162,7 @@ class Mux:
 
     async def _child_request(self, message: Message) -> None:
         asking = [view for view in self.views if view.open]
-        if not asking:
+        if not asking and self._primary:
             await self.to_primary(message)  # the SDK session routes it among its own clients, or refuses it
             return
         if len(asking) == 1 and not self._primary_open:
@@ -151,10 +171,9 @@ class Mux:
             self._asked[ident] = asking[0]
             await self._deliver(asking[0], message)
             return
+        why = "several clients have requests in flight" if asking else "no client has a request in flight"
         refusal = wire.error(
-            message.id,
-            wire.INVALID_REQUEST,
-            "cannot route this request from a shared upstream: several clients have requests in flight",
+            message.id, wire.INVALID_REQUEST, f"cannot route this request from a shared upstream: {why}"
         )
         await self.write(refusal.line())
 
@@ -279,6 +298,31 @@ class Mux:
         except UpstreamDownError:
             return None
 
+    async def handshake(self, params: dict[str, Any], *, within: float) -> dict[str, Any]:
+        """Open the child with an ``initialize`` of the guard's own, then ``initialized``: its result.
+
+        Raises:
+            TimeoutError: no answer within ``within`` seconds.
+            HandshakeRefusedError: the child answered with an error (or no result).
+            UpstreamDownError: the child is gone.
+        """
+        if self.closed is not None:
+            raise UpstreamDownError(self.closed)
+        answer = await self.ask("initialize", params, within=within)
+        if answer is None:
+            if self.closed is not None:
+                raise UpstreamDownError(self.closed)
+            raise TimeoutError
+        result = answer.get("result")
+        if not isinstance(result, dict):
+            error = answer.get("error")
+            said = error.get("message") if isinstance(error, dict) else None
+            raise HandshakeRefusedError(str(said or "it answered without a result"))
+        await self.write(b'{"jsonrpc":"2.0","method":"notifications/initialized"}\n')
+        self.identity = result
+        self.ready.set()
+        return result
+
     # --- life --------------------------------------------------------------------------------
 
     def attach(self, view: Share) -> None:
@@ -299,6 +343,7 @@ class Mux:
         if self.closed is not None:
             return
         self.closed = reason
+        self.done.set()
         self._own.give_up()
         for view in list(self.views):
             self.detach(view)

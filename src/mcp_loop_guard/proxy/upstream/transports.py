@@ -25,6 +25,7 @@ from mcp_loop_guard.proxy.compat import MCP_DEFAULT_SSE_READ_TIMEOUT, MCP_DEFAUL
 from mcp_loop_guard.proxy.upstream.channel import UpstreamDownError
 from mcp_loop_guard.proxy.upstream.child import ChildProcess, spawn
 from mcp_loop_guard.proxy.upstream.mux import Mux
+from mcp_loop_guard.proxy.upstream.mux_view import MuxView
 from mcp_loop_guard.proxy.upstream.session import Upstream, UpstreamGoneError, brief
 from mcp_loop_guard.proxy.upstream.tls import CONNECT_TIMEOUT, tls_context
 from mcp_loop_guard.proxy.wire import messages as wire
@@ -110,6 +111,20 @@ async def _pump_in(mux: Mux, receive: MemoryObjectReceiveStream[SessionMessage])
             mux.child.close_stdin()
 
 
+async def _pump_view(view: MuxView, receive: MemoryObjectReceiveStream[SessionMessage]) -> None:
+    """SDK messages to a shared child as a relayed session's; once the child is gone they are drained and dropped."""
+    async with receive:
+        try:
+            async for message in receive:
+                line = message.message.model_dump_json(by_alias=True, exclude_unset=True).encode()
+                parsed = wire.parse(line)
+                if isinstance(parsed, Message):
+                    await view.send_message(parsed)
+        except UpstreamDownError:
+            async for _ in receive:
+                pass
+
+
 async def _read_child(mux: Mux, send: MemoryObjectSendStream[SessionMessage | Exception]) -> None:
     """Route the child's output until it ends; then its relayed sessions are told why."""
     async with send:
@@ -156,6 +171,38 @@ async def open_stdio_upstream(
                 tg.cancel_scope.cancel()
     finally:
         await child.stop(eof_grace=0, term_grace=0.5)
+
+
+@asynccontextmanager
+async def open_view_upstream(spec: StdioServer, mux: Mux, *, max_bytes: int) -> AsyncIterator[Upstream]:
+    """An SDK session on a child the guard opened itself: one more relayed session of its mux.
+
+    Its ``initialize`` is answered with the child's answer to the guard's own, as every
+    session's is, so the child still sees one handshake.
+    """
+    read_send, read_receive = anyio.create_memory_object_stream[SessionMessage | Exception](16)
+    write_send, write_receive = anyio.create_memory_object_stream[SessionMessage](16)
+    upstream = Upstream(spec.name, read_receive, write_send, child=mux.child)
+
+    async def gone(reason: str) -> None:
+        upstream.mark_gone(reason)
+        read_send.close()
+
+    def current() -> Mux | None:
+        return mux if mux.closed is None else None
+
+    view = MuxView(f"`{mux.child.label}`", _ToSession(mux.child, read_send, max_bytes), gone, current=current)
+    mux.attach(view)
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(_pump_view, view, write_receive)
+        try:
+            async with upstream.session:
+                yield upstream
+        finally:
+            write_send.close()
+            view.leave()
+            read_send.close()
+            tg.cancel_scope.cancel()
 
 
 @asynccontextmanager

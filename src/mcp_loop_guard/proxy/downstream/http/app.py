@@ -30,6 +30,7 @@ from mcp_loop_guard.plan import Plan
 from mcp_loop_guard.proxy.downstream.agents import opened_events, opened_store
 from mcp_loop_guard.proxy.downstream.http.admin import ADMIN_PREFIX, Admin, LiveAgent
 from mcp_loop_guard.proxy.downstream.http.agents import Agents
+from mcp_loop_guard.proxy.downstream.http.fronts import channeled_upstream, muxed_upstream, relayed_upstream
 from mcp_loop_guard.proxy.downstream.http.middleware import AuthGuard, BodyGuard, HostGuard, security_settings
 from mcp_loop_guard.proxy.downstream.http.probe import HttpProbe
 from mcp_loop_guard.proxy.downstream.http.protocol import OnceInAWhile, protocol_class, raise_open_file_limit
@@ -75,49 +76,6 @@ class Front(Protocol):
     def held(self) -> Iterator[LiveAgent]:
         """Every agent held in memory, for the admin API."""
         ...
-
-
-def relayed_upstream(plan: Plan) -> HttpServer | None:
-    """The one streamable HTTP server an HTTP guard relays request by request, when that is all it serves.
-
-    With ``--stateless`` too: requests that open no session are relayed as they are when the
-    server opens none either, and over sessions of the guard's own when it gives each client one.
-    """
-    servers = plan.config.servers
-    settings = plan.settings
-    if settings.transport != "http" or len(servers) != 1:
-        return None
-    spec = servers[0]
-    return spec if isinstance(spec, HttpServer) and spec.transport == "http" else None
-
-
-def channeled_upstream(plan: Plan) -> HttpServer | None:
-    """The one remote server an HTTP guard relays for each session over an upstream session of its own.
-
-    A legacy SSE server, or a streamable HTTP one in front of legacy SSE clients; not with
-    ``--stateless``, whose requests open no session (the SDK path serves those).
-    """
-    servers = plan.config.servers
-    settings = plan.settings
-    if settings.transport not in ("http", "sse") or settings.stateless or len(servers) != 1:
-        return None
-    spec = servers[0]
-    if not isinstance(spec, HttpServer) or (spec.transport != "sse" and settings.transport != "sse"):
-        return None
-    return spec
-
-
-def muxed_upstream(plan: Plan) -> StdioServer | None:
-    """The one stdio server an HTTP guard relays message by message for every session, when that is all it serves.
-
-    Legacy SSE connections are its sessions too, and ``--stateless`` requests are relayed each on its own.
-    """
-    servers = plan.config.servers
-    settings = plan.settings
-    if settings.transport not in ("http", "sse") or len(servers) != 1:
-        return None
-    spec = servers[0]
-    return spec if isinstance(spec, StdioServer) else None
 
 
 def build_app(  # noqa: PLR0917 - what the routes serve, all needed
@@ -264,6 +222,18 @@ async def _relayed(plan: Plan, spec: HttpServer, agents: Agents, metrics: Metric
     return _Served(sessions, [probe], sessions.reconfigure)
 
 
+async def _muxed(  # noqa: PLR0917 - what the front is made of, all needed
+    plan: Plan, spec: StdioServer, first: ChildProcess | None, agents: Agents, metrics: Metrics, tg: anyio.abc.TaskGroup
+) -> _Served:
+    """One stdio server, its child shared by every session: no SDK until a request needs translating."""
+    from mcp_loop_guard.proxy.downstream.http.muxed import MuxedRelay  # noqa: PLC0415 - only this front needs it
+
+    security = security_settings(plan.settings)
+    sessions = MuxedRelay(plan, spec, agents=agents, metrics=metrics, security=security, first=first)
+    await sessions.supervise(tg)
+    return _Served(sessions, sessions.slots, sessions.reconfigure)
+
+
 async def _through_sdk(  # noqa: PLR0917 - what the SDK-based fronts are made of
     plan: Plan,
     first: ChildProcess | None,
@@ -274,7 +244,6 @@ async def _through_sdk(  # noqa: PLR0917 - what the SDK-based fronts are made of
 ) -> _Served:
     """Every other front: SDK-based slots keep their upstreams (``first``: the one stdio server's child, started)."""
     from mcp_loop_guard.proxy.downstream.http.channeled import ChanneledRelay  # noqa: PLC0415 - the SDK loads here
-    from mcp_loop_guard.proxy.downstream.http.muxed import MuxedRelay  # noqa: PLC0415
     from mcp_loop_guard.proxy.downstream.http.sessionless import Sessionless  # noqa: PLC0415
     from mcp_loop_guard.proxy.downstream.http.sessions import GuardSessions  # noqa: PLC0415
     from mcp_loop_guard.proxy.downstream.sessions import SessionFactory  # noqa: PLC0415
@@ -288,13 +257,7 @@ async def _through_sdk(  # noqa: PLR0917 - what the SDK-based fronts are made of
     factory = SessionFactory(plan, slots, on_dropped=metrics.dropped, on_listed=metrics.learn, make_slot=slot)
     security = security_settings(plan.settings)
     sessions: GuardSessions | SessionRelay
-    if muxed_upstream(plan) is not None:
-        translating = Sessionless(plan, factory=factory, agents=agents, security=security)
-        sessions = MuxedRelay(
-            plan, factory=factory, agents=agents, metrics=metrics, translating=translating, security=security
-        )
-        reconfigure = sessions.reconfigure
-    elif (channeled := channeled_upstream(plan)) is not None:
+    if (channeled := channeled_upstream(plan)) is not None:
         translating = Sessionless(plan, factory=factory, agents=agents, security=security)
         sessions = ChanneledRelay(
             plan, channeled, agents=agents, metrics=metrics, translating=translating, security=security
@@ -322,8 +285,11 @@ async def _serve(plan: Plan, stop: _Stop, first: ChildProcess | None) -> None:
         agents = Agents(plan, store, health, events, metrics.observer(), limit=settings.max_keys, on_evict=forget)
         async with anyio.create_task_group() as tg:
             relayed = relayed_upstream(plan)
+            muxed = muxed_upstream(plan)
             if relayed is not None:
                 served = await _relayed(plan, relayed, agents, metrics, tg)
+            elif muxed is not None:
+                served = await _muxed(plan, muxed, first, agents, metrics, tg)
             else:
                 served = await _through_sdk(plan, first, agents, metrics, events, tg)
             sessions, slots = served.sessions, served.slots

@@ -5,16 +5,20 @@ child process serves every session (:mod:`~mcp_loop_guard.proxy.upstream.mux`). 
 messages go to the child as they came, ids rewritten in one place, and what comes back is
 passed on as its bytes: every method, present and future (``tasks/*``, extensions), crosses
 as it would cross a pipe, and only a ``tools/call`` is judged, by the session's own agent.
-2026-07-28 requests (sessionless) go through the SDK path, which speaks that era to the
-client and the handshake era to the same child; legacy SSE connections are sessions of the
-relay too (:mod:`.muxed_sse`).
+The guard opens the child with a handshake of its own and supervises it without the SDK.
+2026-07-28 requests (sessionless) go through the SDK path, loaded when the first one comes
+(:mod:`.muxed_sdk`), which speaks that era to the client and the handshake era to the same
+child; legacy SSE connections are sessions of the relay too (:mod:`.muxed_sse`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from functools import partial
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+import anyio
+import anyio.abc
 
 from mcp_loop_guard.config import ServerSpec, StdioServer
 from mcp_loop_guard.metrics import Metrics
@@ -25,16 +29,19 @@ from mcp_loop_guard.proxy.downstream.http.middleware import HostRules
 from mcp_loop_guard.proxy.downstream.http.muxed_sessions import MuxedSession
 from mcp_loop_guard.proxy.downstream.http.muxed_stateless import StatelessRequests
 from mcp_loop_guard.proxy.downstream.http.session_relay import SessionRelay
-from mcp_loop_guard.proxy.downstream.http.sessionless import Sessionless
-from mcp_loop_guard.proxy.downstream.sessions import SessionFactory
+from mcp_loop_guard.proxy.downstream.http.translating import Translating
 from mcp_loop_guard.proxy.relay.judge import Judge
 from mcp_loop_guard.proxy.relay.pipe import Pipe
 from mcp_loop_guard.proxy.relay.tools import ToolFacts
+from mcp_loop_guard.proxy.upstream.child import ChildProcess
 from mcp_loop_guard.proxy.upstream.mux import Mux
 from mcp_loop_guard.proxy.upstream.mux_view import MuxView
-from mcp_loop_guard.proxy.upstream.pool import Slot
+from mcp_loop_guard.proxy.upstream.shared_child import SharedChild
 from mcp_loop_guard.proxy.wire.lines import Oversized
 from mcp_loop_guard.proxy.wire.messages import BadLine, Message
+
+if TYPE_CHECKING:
+    from mcp_loop_guard.proxy.downstream.http.sessionless import Sessionless
 
 __all__ = ["MuxedRelay"]
 
@@ -45,24 +52,57 @@ class MuxedRelay(SessionRelay):
     def __init__(
         self,
         plan: Plan,
+        spec: StdioServer,
         *,
-        factory: SessionFactory,
         agents: Agents,
         metrics: Metrics,
-        translating: Sessionless,
         security: HostRules,
+        first: ChildProcess | None = None,
     ) -> None:
-        """The child is the factory's one slot's; ``translating`` serves 2026-07-28 requests through the SDK."""
+        """``first``: the child, started before the guard loaded its web server."""
+        translating = Translating(
+            plan,
+            agents=agents,
+            metrics=metrics,
+            security=security,
+            build=self._translation,
+            module="mcp_loop_guard.proxy.downstream.http.muxed_sdk",
+        )
         super().__init__(plan, agents=agents, metrics=metrics, translating=translating, security=security)
-        self.factory = factory
+        self.security = security
+        self.slots = [SharedChild(spec, plan.limits, first=first)]
+        """The one upstream, a list for ``/readyz`` (a config reload may replace it)."""
         self.facts = ToolFacts()
         self.stateless = StatelessRequests(self)
-        self._watched: list[Slot] = []
+        self._watched: list[SharedChild] = []
+        self._supervisor = anyio.CancelScope()
+        self._supervising: anyio.abc.TaskGroup | None = None
 
     @property
-    def slot(self) -> Slot:
+    def slot(self) -> SharedChild:
         """The one upstream (a config reload may replace it)."""
-        return self.factory.slots[0]
+        return self.slots[0]
+
+    async def supervise(self, tg: anyio.abc.TaskGroup) -> None:
+        """Keep the child up, in ``tg``."""
+        self._supervising = tg
+        await tg.start(self._supervised, self.slot, self._supervisor)
+
+    @staticmethod
+    async def _supervised(
+        slot: SharedChild,
+        scope: anyio.CancelScope,
+        *,
+        task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED,
+    ) -> None:
+        with scope:
+            await slot.supervise(task_status=task_status)
+
+    async def _translation(self, tg: anyio.abc.TaskGroup) -> Sessionless:
+        """The SDK path on the same child (its module is loaded by then)."""
+        from mcp_loop_guard.proxy.downstream.http.muxed_sdk import shared_translation  # noqa: PLC0415 - loaded
+
+        return await shared_translation(self.plan, lambda: self.slot, self.agents, self.metrics, self.security, tg)
 
     @property
     def server(self) -> ServerSpec:
@@ -72,14 +112,14 @@ class MuxedRelay(SessionRelay):
     def _started(self) -> None:
         self._watch(self.slot)
 
-    def _watch(self, slot: Slot) -> None:
+    def _watch(self, slot: SharedChild) -> None:
         """Attach the sessions to each new child of ``slot``, telling them when its tools changed."""
         if any(watched is slot for watched in self._watched):
             return
         self._watched.append(slot)  # held: an id of a slot gone could come back as a new slot's
 
-        def changed(changed_slot: Slot, tools_changed: bool) -> None:
-            mux = changed_slot.connection.mux if changed_slot.connection is not None else None
+        def changed(changed_slot: SharedChild, tools_changed: bool) -> None:
+            mux = changed_slot.mux
             if changed_slot.status != "ready" or mux is None or self._tg is None:
                 return
             for session in list(self.sessions.live.values()):
@@ -94,9 +134,16 @@ class MuxedRelay(SessionRelay):
         """A config reload: the one stdio server, changed or not, applies at once; anything else needs a restart."""
         if len(servers) != 1 or not isinstance(servers[0], StdioServer):
             return "this guard relays one stdio server directly; serving other servers needs a restart"
-        problem = await self.factory.reconfigure(servers)
+        spec = servers[0]
+        if spec == self.slot.spec:
+            return None
+        assert self._supervising is not None, "supervise() runs before a reload"
+        old, self._supervisor = self._supervisor, anyio.CancelScope()
+        self.slots[0] = SharedChild(spec, self.plan.limits)
         self._watch(self.slot)
-        return problem
+        old.cancel()  # the old child stops; its sessions' calls in flight get why
+        await self._supervising.start(self._supervised, self.slot, self._supervisor)
+        return None
 
     def new_session(self, token: str, *, kind: str = "session", judge: Judge | None = None) -> MuxedSession:
         """A session opened with ``token``; its view attaches to the child when it first sends.
@@ -136,4 +183,4 @@ class MuxedRelay(SessionRelay):
     def _serving(self) -> Mux | None:
         """The child serving now: the slot's, while it is ready."""
         slot = self.slot
-        return slot.connection.mux if slot.connection is not None and slot.status == "ready" else None
+        return slot.mux if slot.status == "ready" else None

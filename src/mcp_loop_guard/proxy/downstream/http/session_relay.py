@@ -15,10 +15,11 @@ from __future__ import annotations
 import logging
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
+from typing import Protocol
 
 import anyio
 import anyio.abc
-from starlette.types import Receive, Scope, Send
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from mcp_loop_guard.config import ServerSpec
 from mcp_loop_guard.metrics import Metrics
@@ -36,24 +37,39 @@ from mcp_loop_guard.proxy.downstream.http.middleware import (
     trace_headers,
 )
 from mcp_loop_guard.proxy.downstream.http.muxed_sessions import MuxedSession, MuxedSessions
-from mcp_loop_guard.proxy.downstream.http.muxed_sse import SseSessions
 from mcp_loop_guard.proxy.downstream.http.muxed_stateless import StatelessRequests, posted
 from mcp_loop_guard.proxy.downstream.http.relayed import SESSION, VERSION
 from mcp_loop_guard.proxy.downstream.http.replies import is_modern, json_reply
-from mcp_loop_guard.proxy.downstream.http.sessionless import Sessionless
 from mcp_loop_guard.proxy.relay.judge import Judge
 from mcp_loop_guard.proxy.relay.stopping import STOPPING
 from mcp_loop_guard.proxy.wire import messages as wire
 from mcp_loop_guard.proxy.wire.eras import HANDSHAKE_PROTOCOL_VERSIONS
 from mcp_loop_guard.proxy.wire.messages import Message
 
-__all__ = ["SessionRelay"]
+__all__ = ["SessionRelay", "Translator"]
 
 logger = logging.getLogger(__name__)
 
 
+class Translator(Protocol):
+    """What serves the requests that need the SDK (2026-07-28 ones): loaded up front, or when the first comes."""
+
+    async def start(self, tg: anyio.abc.TaskGroup) -> None:
+        """Run in ``tg``."""
+        ...
+
+    async def serve(self, scope: Scope, receive: Receive, send: Send, version: str | None, *, modern: bool) -> None:
+        """One request; ``modern``: a 2026-07-28 request."""
+        ...
+
+
 class SessionRelay:
     """Every session of one HTTP guard whose sessions are its own, each relayed message by message."""
+
+    handle_sse: ASGIApp
+    """A legacy SSE client's event stream (``--transport sse`` only)."""
+    handle_messages: ASGIApp
+    """A legacy SSE client's messages (``--transport sse`` only)."""
 
     def __init__(
         self,
@@ -61,13 +77,19 @@ class SessionRelay:
         *,
         agents: Agents,
         metrics: Metrics,
-        translating: Sessionless,
+        translating: Translator,
         security: HostRules,
     ) -> None:
-        """``translating`` serves 2026-07-28 requests through the SDK."""
-        self.sse = SseSessions(self, security, plan.settings.max_request_bytes)
-        self.handle_sse = self.sse.handle_sse
-        self.handle_messages = self.sse.handle_messages
+        """``translating`` serves 2026-07-28 requests through the SDK.
+
+        A guard serving legacy SSE (``--transport sse``) loads the SDK for its framing now.
+        """
+        if plan.settings.transport == "sse":
+            from mcp_loop_guard.proxy.downstream.http.muxed_sse import SseSessions  # noqa: PLC0415 - the SDK loads here
+
+            sse = SseSessions(self, security, plan.settings.max_request_bytes)
+            self.handle_sse = sse.handle_sse
+            self.handle_messages = sse.handle_messages
         self.plan = plan
         self.settings = plan.settings
         self.agents = agents

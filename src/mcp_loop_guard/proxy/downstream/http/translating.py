@@ -3,15 +3,18 @@
 A relay in front of one HTTP server passes requests on as they came; only a request the
 server cannot take as it is (a 2026-07-28 request to a server of the handshake era, a
 sessionless one before the server said whether it opens sessions) goes through the SDK,
-which speaks each side's era. Most guards never see one, so the SDK (more than a second of
-start-up and about 30 MB) is imported in a worker thread when the first one comes, and the
-event loop goes on serving meanwhile.
+which speaks each side's era. The same holds in front of one stdio server for the
+2026-07-28 requests (the SDK then reaches the shared child as one more relayed session).
+Most guards never see one, so the SDK (more than a second of start-up and about 30 MB) is
+imported in a worker thread when the first one comes, and the event loop goes on serving
+meanwhile.
 """
 
 from __future__ import annotations
 
 import importlib
 import logging
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING
 
 import anyio
@@ -27,7 +30,7 @@ from mcp_loop_guard.proxy.downstream.http.middleware import HostRules
 if TYPE_CHECKING:
     from mcp_loop_guard.proxy.downstream.http.sessionless import Sessionless
 
-__all__ = ["START_TIMEOUT", "Translating"]
+__all__ = ["START_TIMEOUT", "Build", "Translating"]
 
 logger = logging.getLogger(__name__)
 
@@ -35,11 +38,31 @@ START_TIMEOUT = 30.0
 """How long start-up (or the first translated request) waits for an upstream's first connection attempt."""
 
 
+SESSIONLESS = "mcp_loop_guard.proxy.downstream.http.sessionless"
+
+Build = Callable[["anyio.abc.TaskGroup"], Awaitable["Sessionless"]]
+"""Makes the SDK path (run in the task group given), once its module is imported."""
+
+
 class Translating:
     """Requests the relay cannot pass on as they are, served through the SDK once it is loaded."""
 
-    def __init__(self, plan: Plan, *, agents: Agents, metrics: Metrics, security: HostRules) -> None:
-        """Nothing is loaded until :meth:`serve` is first called."""
+    def __init__(
+        self,
+        plan: Plan,
+        *,
+        agents: Agents,
+        metrics: Metrics,
+        security: HostRules,
+        build: Build | None = None,
+        module: str = SESSIONLESS,
+    ) -> None:
+        """Nothing is loaded until :meth:`serve` is first called: then ``module``, and ``build`` makes the path.
+
+        Without ``build``, each configured server gets connections of the SDK path's own.
+        """
+        self.build = build or self._own_connections
+        self.module = module
         self.plan = plan
         self.agents = agents
         self.metrics = metrics
@@ -63,27 +86,31 @@ class Translating:
                 return self.loaded
             assert self._tg is not None, "start() runs before the first request"
             logger.info("a request needs the SDK to be translated; loading it")
-            await anyio.to_thread.run_sync(importlib.import_module, "mcp_loop_guard.proxy.downstream.http.sessionless")
-            from mcp_loop_guard.proxy.downstream.http.sessionless import Sessionless  # noqa: PLC0415 - loaded above
-            from mcp_loop_guard.proxy.downstream.sessions import SessionFactory  # noqa: PLC0415
-            from mcp_loop_guard.proxy.upstream.pool import Slot  # noqa: PLC0415
-
-            plan = self.plan
-            slots = [Slot(spec, shared=False, limits=plan.limits) for spec in plan.config.servers]
-            factory = SessionFactory(
-                plan,
-                slots,
-                on_dropped=self.metrics.dropped,
-                on_listed=self.metrics.learn,
-                make_slot=lambda spec: Slot(spec, shared=False, limits=plan.limits),
-            )
-            listener = factory.on_slot_change(self._tg)
-            for slot in slots:
-                slot.on_change(listener)
-            await factory.supervise(self._tg)
-            for slot in slots:
-                await slot.wait_settled(START_TIMEOUT)
-            sessionless = Sessionless(plan, factory=factory, agents=self.agents, security=self.security)
+            await anyio.to_thread.run_sync(importlib.import_module, self.module)
+            sessionless = await self.build(self._tg)
             await sessionless.start(self._tg)
             self.loaded = sessionless
             return sessionless
+
+    async def _own_connections(self, tg: anyio.abc.TaskGroup) -> Sessionless:
+        """The SDK path with connections of its own to each server (HTTP servers: the same server, other sessions)."""
+        from mcp_loop_guard.proxy.downstream.http.sessionless import Sessionless  # noqa: PLC0415 - loaded by _load
+        from mcp_loop_guard.proxy.downstream.sessions import SessionFactory  # noqa: PLC0415
+        from mcp_loop_guard.proxy.upstream.pool import Slot  # noqa: PLC0415
+
+        plan = self.plan
+        slots = [Slot(spec, shared=False, limits=plan.limits) for spec in plan.config.servers]
+        factory = SessionFactory(
+            plan,
+            slots,
+            on_dropped=self.metrics.dropped,
+            on_listed=self.metrics.learn,
+            make_slot=lambda spec: Slot(spec, shared=False, limits=plan.limits),
+        )
+        listener = factory.on_slot_change(tg)
+        for slot in slots:
+            slot.on_change(listener)
+        await factory.supervise(tg)
+        for slot in slots:
+            await slot.wait_settled(START_TIMEOUT)
+        return Sessionless(plan, factory=factory, agents=self.agents, security=self.security)
