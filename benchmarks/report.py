@@ -45,6 +45,7 @@ COLUMNS: dict[str, tuple[str, str]] = {
     "kb_per_key": ("KB/key", "{:.1f}"),
     "start_ms": ("start p50 ms", "{:.0f}"),
     "start_delta_ms": ("minus direct ms", "{:+.0f}"),
+    "ready_cpu_ms": ("CPU to ready ms", "{:.0f}"),
 }
 
 

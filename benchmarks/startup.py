@@ -9,7 +9,9 @@ The upstream is ``mcp-server-time`` (a Python server from PyPI), as a user would
 
 The same server behind an HTTP guard (``--transport http -- mcp-server-time``, as in a
 container), and an HTTP guard in front of server-everything over HTTP (``--upstream URL``,
-started once): spawn to ``/readyz`` answering 200, each guard revision in turn.
+started once): spawn to ``/readyz`` answering 200, each guard revision in turn, with the
+guard process's resident memory and the CPU it used by then (its child's not counted:
+readiness waits on the child's own start, which the guard cannot make shorter).
 """
 
 from __future__ import annotations
@@ -97,27 +99,35 @@ async def _ready(port: int) -> bool:
     return answer.startswith(b"HTTP/1.1 200")
 
 
-async def _ready_once(via: Via, port: int, errlog: TextIO) -> float:
-    """Seconds from spawning an HTTP guard to its ``/readyz`` answering 200."""
+async def _ready_once(via: Via, port: int, errlog: TextIO) -> tuple[float, float, float]:
+    """Seconds from spawning an HTTP guard to its ``/readyz`` answering 200; its RSS (MB) and CPU seconds then."""
     started = time.perf_counter()
-    async with background_server(via.argv, port, errlog, via.env, startup_seconds=START_SECONDS):
+    async with background_server(via.argv, port, errlog, via.env, startup_seconds=START_SECONDS) as guard:
         with anyio.fail_after(START_SECONDS):
             while not await _ready(port):  # noqa: ASYNC110 - readiness is asked over HTTP, nothing to wait on
                 await anyio.sleep(0.01)
-        return time.perf_counter() - started
+        elapsed = time.perf_counter() - started
+        cpu = guard.cpu_times()
+        return elapsed, guard.memory_info().rss / 2**20, cpu.user + cpu.system
 
 
 async def measure_http(
     vias: Sequence[Callable[[int], Via]], rounds: int, errlog: TextIO, case: str = HTTP_CASE
 ) -> list[Row]:
     """``rounds`` start-ups of every HTTP guard (``vias``: its command for a port), interleaved; p50 to ready."""
-    times: dict[str, list[float]] = {}
+    samples: dict[str, list[tuple[float, float, float]]] = {}
     for index in range(rounds):
         for make in vias if index % 2 == 0 else list(reversed(vias)):
             port = free_port()
             via = make(port)
-            times.setdefault(via.name, []).append(await _ready_once(via, port, errlog))
-    return [
-        Row(SCENARIO, case, name, {"n": rounds, "start_ms": summarize(samples).p50 * 1e3})
-        for name, samples in times.items()
-    ]
+            samples.setdefault(via.name, []).append(await _ready_once(via, port, errlog))
+    rows = []
+    for name, taken in samples.items():
+        values: dict[str, float | int | str] = {
+            "n": rounds,
+            "start_ms": summarize([elapsed for elapsed, _, _ in taken]).p50 * 1e3,
+            "rss_mb": summarize([rss for _, rss, _ in taken]).p50,
+            "ready_cpu_ms": summarize([cpu for _, _, cpu in taken]).p50 * 1e3,
+        }
+        rows.append(Row(SCENARIO, case, name, values))
+    return rows
