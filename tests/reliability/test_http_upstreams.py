@@ -3,7 +3,8 @@
 Each test puts a good stdio server (mcp-server-time) next to one that fails in a
 precise way: a URL nobody listens on, an HTTP server answering 401 or 500 to
 everything, one that dies while the guard runs, a stdio server that exits before
-answering ``initialize``, one that accepts TCP and never answers, and a tool that
+answering ``initialize``, one that accepts TCP and never answers, a single stdio server
+whose handshake with the guard fails (it exits, or never answers), and a tool that
 answers ``tools/call`` with a JSON-RPC error. What the client and the operator see is
 checked: ``/readyz``, ``/healthz``, the good server's tools, error codes, process ids.
 Secrets that the config file expands from the environment never show in what the
@@ -32,6 +33,9 @@ from tests.http_harness import (
     ServerProcess,
     free_port,
     http_get,
+    http_post,
+    initialize_body,
+    jsonrpc_payloads,
     open_http_session,
     poll,
     time_entry,
@@ -163,6 +167,45 @@ async def test_a_command_that_cannot_start_is_reported_not_fatal(rig: Rig, tmp_p
     assert upstream["status"] == "down", ready.text
     assert upstream["reason"] == "cannot start its command", ready.text
     assert missing not in ready.text, "the command line stays out of what clients see"
+
+
+@pytest.mark.parametrize(
+    ("server", "options", "reason"),
+    [
+        ("early_exit_server", [], "exited with status 3"),
+        ("silent_server", ["--call-timeout-seconds", "1"], "did not answer initialize"),
+    ],
+)
+async def test_one_stdio_server_whose_handshake_fails_is_reported_retried_and_answered(
+    rig: Rig, tmp_path: Path, server: str, options: list[str], reason: str
+) -> None:
+    """``-- COMMAND`` over HTTP, the guard's own ``initialize`` to the child failing: the guard serves on.
+
+    ``/readyz`` says why (a server that exits, one that never answers within the call timeout),
+    the child is started again with backoff, and a client's ``initialize`` gets an error at
+    once rather than a hang.
+    """
+    async with rig.guard([*options, "--", *fixture_command(server)]) as guard:
+        with anyio.fail_after(20):
+            down = await poll(
+                lambda: readyz(guard),
+                lambda response: [u["restarts"] for u in response.json()["upstreams"].values()] >= [1],
+                0.2,
+            )
+        with anyio.fail_after(20):
+            answer = await http_post(
+                guard.mcp_url,
+                initialize_body(),
+                {"accept": "application/json, text/event-stream", "content-type": "application/json"},
+            )
+        await guard.stays_up(0.5)
+    assert down.status_code == 503, down.text
+    (upstream,) = down.json()["upstreams"].values()
+    assert upstream["status"] != "ready", down.text
+    assert upstream["reason"] == reason, down.text
+    (payload,) = jsonrpc_payloads(answer)
+    assert "result" not in payload, payload
+    assert payload["error"]["message"], payload
 
 
 async def test_silent_http_upstream_does_not_hold_up_new_sessions(rig: Rig) -> None:

@@ -88,7 +88,7 @@ class Mux:
         self.max_bytes = max_bytes
         self.views: set[Share] = set()
         self.identity: dict[str, Any] | None = None
-        """The child's answer to the primary's ``initialize`` (its result, as it sent it)."""
+        """The child's answer to its one ``initialize`` (its result, as it sent it)."""
         self.ready = anyio.Event()
         self.closed: str | None = None
         self.done = anyio.Event()
