@@ -79,6 +79,19 @@ def test_instruction_count_smoke_run() -> None:
     assert 50_000 < count < 2_000_000, stdout  # a count of the loop, not of start-up or of nothing
 
 
+def test_process_instruction_count_smoke_run() -> None:
+    """`python -m benchmarks.process_instructions --size smoke` counts a whole relay process per call.
+
+    Only the byte relay: a guard's start-up under valgrind takes half a minute of CPU, and the
+    guard rows run the same client and count over another command.
+    """
+    stdout = run_benchmark("process_instructions", "--only", "byte relay", timeout=300)
+    cells = [line.split("│") for line in stdout.splitlines() if line.count("│") == 3]
+    rows = {row[1].strip(): row[2].strip() for row in cells}
+    count = float(rows["byte relay"].replace(",", ""))
+    assert 5_000 < count < 1_000_000, stdout  # per call: neither start-up nor nothing
+
+
 def _loop_left(without: str | None) -> dict[str, Any]:
     """What the instruction count's loop left after 30 calls, with ``without`` taken out (in a process of its own)."""
     command = [sys.executable, "-m", "benchmarks.instructions", "--loop", "30", "--summary"]
