@@ -412,6 +412,67 @@ async def test_legacy_sse_sessions_are_relayed_through_the_same_child(rig: Rig, 
     assert len(servers) == 1
 
 
+async def test_legacy_sse_clients_are_served_without_the_sdk(rig: Rig, tmp_path: Path) -> None:
+    """``--transport sse``: the guard frames the event stream and the posted messages itself; the SDK stays unloaded."""
+    log = tmp_path / "calls.jsonl"
+    server = ["env", "-u", "PYTHONPROFILEIMPORTTIME", *fixture_command("counting_server")]
+    env = {"PYTHONPROFILEIMPORTTIME": "1", "COUNTING_SERVER_LOG": str(log)}
+    async with rig.guard(["--", *server], env=env, transport="sse") as guard:
+        async with open_sse_session(guard.url("/sse")) as client:
+            with anyio.fail_after(20):
+                echoed = await client.session.call_tool("echo", {"text": "framed here"})
+        loaded = sdk_modules(guard)
+    assert texts(echoed) == ["framed here"]
+    assert loaded == set(), sorted(loaded)[:10]
+
+
+async def test_a_post_to_an_sse_session_must_name_it_and_carry_a_message(rig: Rig, tmp_path: Path) -> None:
+    """Each way a POST to ``/messages/`` can miss gets its status; a good one gets 202 and its answer on the stream."""
+    async with (
+        _counting_guard(rig, tmp_path / "calls.jsonl", transport="sse") as guard,
+        httpx2.AsyncClient(timeout=20) as http,
+        http.stream("GET", guard.url("/sse"), headers={"accept": "text/event-stream"}) as stream,
+    ):
+        events = stream.aiter_lines()
+        with anyio.fail_after(20):
+            assert await anext(events) == "event: endpoint"
+            endpoint = (await anext(events)).removeprefix("data: ")
+        url = guard.url(endpoint)
+        body = initialize_body()
+        bare = guard.url(endpoint.split("?")[0])
+        statuses = {
+            "no session": (await http.post(bare, json=body)).status_code,
+            "malformed id": (await http.post(bare + "?session_id=xyz", json=body)).status_code,
+            "unknown id": (await http.post(bare + "?session_id=" + "0" * 32, json=body)).status_code,
+            "not JSON": (await http.post(url, content=b"hello", headers={"content-type": "text/plain"})).status_code,
+            "no message": (await http.post(url, json={"hello": "there"})).status_code,
+            "a GET": (await http.get(url)).status_code,
+        }
+        accepted = await http.post(url, json=body)
+        with anyio.fail_after(20):
+            data = [line async for line in _until_data(events)]
+    assert statuses == {
+        "no session": 400,
+        "malformed id": 400,
+        "unknown id": 404,
+        "not JSON": 400,
+        "no message": 400,
+        "a GET": 405,
+    }
+    assert accepted.status_code == 202, accepted.text
+    answer = json.loads(data[-1])
+    assert answer["id"] == 1
+    assert answer["result"]["serverInfo"]["name"], answer
+
+
+async def _until_data(events: Any) -> Any:
+    """The stream's lines up to the first ``data:`` one, which is yielded without its prefix."""
+    async for line in events:
+        if line.startswith("data: "):
+            yield line.removeprefix("data: ")
+            return
+
+
 async def test_stateless_requests_with_the_same_id_at_once_are_answered_each_on_its_own(
     rig: Rig, tmp_path: Path
 ) -> None:

@@ -109,9 +109,11 @@ def build_app(  # noqa: PLR0917 - what the routes serve, all needed
     ]
     if settings.transport == "sse":
         from mcp_loop_guard.proxy.downstream.http.session_relay import SessionRelay  # noqa: PLC0415 - loaded already
-        from mcp_loop_guard.proxy.downstream.http.sessions import GuardSessions  # noqa: PLC0415
 
-        assert isinstance(sessions, GuardSessions | SessionRelay)
+        if not isinstance(sessions, SessionRelay):
+            from mcp_loop_guard.proxy.downstream.http.sessions import GuardSessions  # noqa: PLC0415 - the SDK's front
+
+            assert isinstance(sessions, GuardSessions)
         routes.append(Route("/sse", _Raw(sessions.handle_sse)))
         routes.append(Mount("/messages/", app=sessions.handle_messages))
         json_paths = ["/messages"]

@@ -37,6 +37,7 @@ from mcp_loop_guard.proxy.downstream.http.middleware import (
     trace_headers,
 )
 from mcp_loop_guard.proxy.downstream.http.muxed_sessions import MuxedSession, MuxedSessions
+from mcp_loop_guard.proxy.downstream.http.muxed_sse import SseSessions
 from mcp_loop_guard.proxy.downstream.http.muxed_stateless import StatelessRequests, posted
 from mcp_loop_guard.proxy.downstream.http.relayed import SESSION, VERSION
 from mcp_loop_guard.proxy.downstream.http.replies import is_modern, json_reply
@@ -67,9 +68,9 @@ class SessionRelay:
     """Every session of one HTTP guard whose sessions are its own, each relayed message by message."""
 
     handle_sse: ASGIApp
-    """A legacy SSE client's event stream (``--transport sse`` only)."""
+    """A legacy SSE client's event stream (served with ``--transport sse``)."""
     handle_messages: ASGIApp
-    """A legacy SSE client's messages (``--transport sse`` only)."""
+    """A legacy SSE client's messages (served with ``--transport sse``)."""
 
     def __init__(
         self,
@@ -80,16 +81,10 @@ class SessionRelay:
         translating: Translator,
         security: HostRules,
     ) -> None:
-        """``translating`` serves 2026-07-28 requests through the SDK.
-
-        A guard serving legacy SSE (``--transport sse``) loads the SDK for its framing now.
-        """
-        if plan.settings.transport == "sse":
-            from mcp_loop_guard.proxy.downstream.http.muxed_sse import SseSessions  # noqa: PLC0415 - the SDK loads here
-
-            sse = SseSessions(self, security, plan.settings.max_request_bytes)
-            self.handle_sse = sse.handle_sse
-            self.handle_messages = sse.handle_messages
+        """``translating`` serves 2026-07-28 requests through the SDK."""
+        sse = SseSessions(self, plan.settings.sse_ping_seconds)
+        self.handle_sse = sse.handle_sse
+        self.handle_messages = sse.handle_messages
         self.plan = plan
         self.settings = plan.settings
         self.agents = agents
