@@ -4,8 +4,8 @@ A legacy SSE server behind the guard, which streamable HTTP clients reach: what 
 through the guard is compared with what the SDK's own SSE client sees directly, in the same
 test. The rest checks what per-session upstream sessions take: a loop ends its own session
 and its upstream session, the other session goes on; a cut stream is resumed; an unreachable
-server is named. And legacy SSE clients in front of one streamable HTTP server, relayed the
-same way.
+server is named; ``/readyz`` follows the server down and back; no SDK is loaded for any of
+it. And legacy SSE clients in front of one streamable HTTP server, relayed the same way.
 """
 
 from __future__ import annotations
@@ -42,6 +42,7 @@ from tests.http_harness import (
     post_cut_after,
     raw_session,
     run_server,
+    sdk_modules,
     tool_call_body,
 )
 
@@ -197,3 +198,38 @@ async def test_a_legacy_sse_client_sees_through_the_guard_what_it_sees_over_stre
     assert guarded == direct
     assert direct["sampled"] == (False, 1)
     assert guarded_info == direct_info
+
+
+async def test_readyz_follows_an_sse_server_down_and_back_and_the_sdk_stays_unloaded(rig: Rig, tmp_path: Path) -> None:
+    """The guard's own probe of the server (its event stream, an ``initialize``, pings) says what ``/readyz`` says."""
+    port = free_port()
+    log = tmp_path / "calls.jsonl"
+    async with AsyncExitStack() as stack:
+        first_server = AsyncExitStack()
+        await first_server.enter_async_context(rig.counting_sse(log, port))
+        url = f"http://127.0.0.1:{port}/sse"
+        guard = await stack.enter_async_context(_guard_in_front(rig, url, env={"PYTHONPROFILEIMPORTTIME": "1"}))
+
+        async def ready() -> int:
+            return (await http_get(guard.url("/readyz"))).status_code
+
+        with anyio.fail_after(20):
+            up = await poll(ready, lambda status: status == 200, 0.1)
+        async with open_http_session(guard.mcp_url) as client:
+            with anyio.fail_after(20):
+                echoed = await client.session.call_tool("echo", {"text": "probed"})
+        await first_server.aclose()
+        with anyio.fail_after(20):
+            down = await http_get(guard.url("/readyz"))
+            while down.status_code == 200:
+                await anyio.sleep(0.1)
+                down = await http_get(guard.url("/readyz"))
+        await stack.enter_async_context(rig.counting_sse(log, port))
+        with anyio.fail_after(30):
+            back = await poll(ready, lambda status: status == 200, 0.2)
+        loaded = sdk_modules(guard)
+    assert (up, back) == (200, 200)
+    assert texts(echoed) == ["probed"]
+    assert down.status_code == 503, down.text
+    assert down.json()["upstreams"]["upstream"]["status"] == "down", down.text
+    assert loaded == set(), sorted(loaded)[:10]

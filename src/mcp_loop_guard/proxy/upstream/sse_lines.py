@@ -203,6 +203,12 @@ class SseLines:
             except UpstreamHttpError as error:
                 raise UpstreamDownError(str(error)) from None
 
+    async def wait_open(self, within: float) -> bool:
+        """Wait up to ``within`` seconds for the event stream to open; whether it is open."""
+        with anyio.move_on_after(within):
+            await self._open.wait()
+        return self._open.is_set()
+
     async def request(self, method: str, params: Any, *, within: float) -> dict[str, Any] | None:
         """A request of the guard's own: the answer's body, or None (no answer in time, or the session is down)."""
         if not self._open.is_set():

@@ -10,9 +10,8 @@ from __future__ import annotations
 
 import logging
 import signal
-from collections.abc import Awaitable, Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
 import anyio
@@ -24,19 +23,23 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Mount, Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from mcp_loop_guard.config import HttpServer, ServerSpec, StdioServer
 from mcp_loop_guard.metrics import Metrics
 from mcp_loop_guard.plan import Plan
 from mcp_loop_guard.proxy.downstream.agents import opened_events, opened_store
 from mcp_loop_guard.proxy.downstream.http.admin import ADMIN_PREFIX, Admin, LiveAgent
 from mcp_loop_guard.proxy.downstream.http.agents import Agents
-from mcp_loop_guard.proxy.downstream.http.fronts import channeled_upstream, muxed_upstream, relayed_upstream
+from mcp_loop_guard.proxy.downstream.http.fronts import (
+    channeled_front,
+    channeled_upstream,
+    muxed_front,
+    muxed_upstream,
+    relayed_front,
+    relayed_upstream,
+    sdk_front,
+)
 from mcp_loop_guard.proxy.downstream.http.middleware import AuthGuard, BodyGuard, HostGuard, security_settings
-from mcp_loop_guard.proxy.downstream.http.probe import HttpProbe
 from mcp_loop_guard.proxy.downstream.http.protocol import OnceInAWhile, protocol_class, raise_open_file_limit
-from mcp_loop_guard.proxy.downstream.http.relayed import HttpRelay
-from mcp_loop_guard.proxy.downstream.http.translating import START_TIMEOUT, Translating
-from mcp_loop_guard.proxy.relay.events import EventLog
+from mcp_loop_guard.proxy.downstream.http.translating import START_TIMEOUT
 from mcp_loop_guard.proxy.relay.stopping import STOPPING
 from mcp_loop_guard.proxy.upstream.child import ChildProcess, terminate_all_now
 from mcp_loop_guard.proxy.upstream.health import Supervised
@@ -44,9 +47,7 @@ from mcp_loop_guard.reload import on_sighup, reloader_for
 from mcp_loop_guard.store import MemoryStore, Store, StoreHealth
 
 if TYPE_CHECKING:
-    from mcp_loop_guard.proxy.downstream.http.session_relay import SessionRelay
-    from mcp_loop_guard.proxy.downstream.http.sessions import GuardSessions
-    from mcp_loop_guard.proxy.upstream.pool import Slot
+    pass
 
 logger = logging.getLogger(__name__)
 
@@ -206,77 +207,6 @@ async def run_http(plan: Plan, first: ChildProcess | None = None) -> int:
     return 128 + stop.received[0] if stop.received else 0
 
 
-@dataclass
-class _Served:
-    """What serves ``/mcp``, the upstreams ``/readyz`` reports, and how a config reload applies."""
-
-    sessions: GuardSessions | HttpRelay | SessionRelay
-    slots: Sequence[Supervised]
-    reconfigure: Callable[[Sequence[ServerSpec]], Awaitable[str | None]]
-
-
-async def _relayed(plan: Plan, spec: HttpServer, agents: Agents, metrics: Metrics, tg: anyio.abc.TaskGroup) -> _Served:
-    """One streamable HTTP server, relayed request by request: no SDK until a request needs translating."""
-    translating = Translating(plan, agents=agents, metrics=metrics, security=security_settings(plan.settings))
-    sessions = HttpRelay(plan, spec, agents=agents, metrics=metrics, translating=translating)
-    probe = HttpProbe(spec, plan.limits, sessions.upstream)
-    await tg.start(probe.supervise)
-    return _Served(sessions, [probe], sessions.reconfigure)
-
-
-async def _muxed(  # noqa: PLR0917 - what the front is made of, all needed
-    plan: Plan, spec: StdioServer, first: ChildProcess | None, agents: Agents, metrics: Metrics, tg: anyio.abc.TaskGroup
-) -> _Served:
-    """One stdio server, its child shared by every session: no SDK until a request needs translating."""
-    from mcp_loop_guard.proxy.downstream.http.muxed import MuxedRelay  # noqa: PLC0415 - only this front needs it
-
-    security = security_settings(plan.settings)
-    sessions = MuxedRelay(plan, spec, agents=agents, metrics=metrics, security=security, first=first)
-    await sessions.supervise(tg)
-    return _Served(sessions, sessions.slots, sessions.reconfigure)
-
-
-async def _through_sdk(  # noqa: PLR0917 - what the SDK-based fronts are made of
-    plan: Plan,
-    first: ChildProcess | None,
-    agents: Agents,
-    metrics: Metrics,
-    events: EventLog | None,
-    tg: anyio.abc.TaskGroup,
-) -> _Served:
-    """Every other front: SDK-based slots keep their upstreams (``first``: the one stdio server's child, started)."""
-    from mcp_loop_guard.proxy.downstream.http.channeled import ChanneledRelay  # noqa: PLC0415 - the SDK loads here
-    from mcp_loop_guard.proxy.downstream.http.sessionless import Sessionless  # noqa: PLC0415
-    from mcp_loop_guard.proxy.downstream.http.sessions import GuardSessions  # noqa: PLC0415
-    from mcp_loop_guard.proxy.downstream.sessions import SessionFactory  # noqa: PLC0415
-    from mcp_loop_guard.proxy.upstream.pool import Slot  # noqa: PLC0415
-
-    def slot(spec: ServerSpec, first: ChildProcess | None = None) -> Slot:
-        """HTTP upstreams get a connection per session; stdio upstreams one shared child each."""
-        return Slot(spec, shared=not isinstance(spec, HttpServer), limits=plan.limits, first=first)
-
-    slots = [slot(spec, first if spec is plan.single_stdio else None) for spec in plan.config.servers]
-    factory = SessionFactory(plan, slots, on_dropped=metrics.dropped, on_listed=metrics.learn, make_slot=slot)
-    security = security_settings(plan.settings)
-    sessions: GuardSessions | SessionRelay
-    if (channeled := channeled_upstream(plan)) is not None:
-        translating = Sessionless(plan, factory=factory, agents=agents, security=security)
-        sessions = ChanneledRelay(
-            plan, channeled, agents=agents, metrics=metrics, translating=translating, security=security
-        )
-        reconfigure = sessions.reconfigure
-    else:
-        sessions = GuardSessions(
-            plan, factory=factory, agents=agents, metrics=metrics, security=security, events=events
-        )
-        reconfigure = factory.reconfigure
-    listener = factory.on_slot_change(tg)
-    for each in slots:
-        each.on_change(listener)
-    await factory.supervise(tg)
-    return _Served(sessions, slots, reconfigure)
-
-
 async def _serve(plan: Plan, stop: _Stop, first: ChildProcess | None) -> None:
     settings = plan.settings
     metrics = Metrics()
@@ -289,11 +219,13 @@ async def _serve(plan: Plan, stop: _Stop, first: ChildProcess | None) -> None:
             relayed = relayed_upstream(plan)
             muxed = muxed_upstream(plan)
             if relayed is not None:
-                served = await _relayed(plan, relayed, agents, metrics, tg)
+                served = await relayed_front(plan, relayed, agents, metrics, tg)
             elif muxed is not None:
-                served = await _muxed(plan, muxed, first, agents, metrics, tg)
+                served = await muxed_front(plan, muxed, first, agents, metrics, tg)
+            elif (channeled := channeled_upstream(plan)) is not None:
+                served = await channeled_front(plan, channeled, agents, metrics, tg)
             else:
-                served = await _through_sdk(plan, first, agents, metrics, events, tg)
+                served = await sdk_front(plan, first, agents, metrics, events, tg)
             sessions, slots = served.sessions, served.slots
             stop.reload = on_sighup(reloader_for(plan, served.reconfigure, tg), tg)
             for slot in list(slots):

@@ -1,11 +1,46 @@
-"""Which front of the HTTP guard serves a plan: the relays that need no SDK to start, or the SDK-based sessions."""
+"""Which front of the HTTP guard serves a plan, and how each is made.
+
+The relays need no SDK to start (one HTTP server, one stdio server, one remote server with
+a session per client's); several upstreams are aggregated by the SDK-based sessions.
+"""
 
 from __future__ import annotations
 
-from mcp_loop_guard.config import HttpServer, StdioServer
-from mcp_loop_guard.plan import Plan
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-__all__ = ["channeled_upstream", "muxed_upstream", "relayed_upstream"]
+import anyio
+import anyio.abc
+
+from mcp_loop_guard.config import HttpServer, ServerSpec, StdioServer
+from mcp_loop_guard.metrics import Metrics
+from mcp_loop_guard.plan import Plan
+from mcp_loop_guard.proxy.downstream.http.agents import Agents
+from mcp_loop_guard.proxy.downstream.http.middleware import security_settings
+from mcp_loop_guard.proxy.downstream.http.probe import HttpProbe, SseProbe
+from mcp_loop_guard.proxy.downstream.http.relayed import HttpRelay
+from mcp_loop_guard.proxy.downstream.http.translating import Translating
+from mcp_loop_guard.proxy.relay.events import EventLog
+from mcp_loop_guard.proxy.upstream.child import ChildProcess
+from mcp_loop_guard.proxy.upstream.exchange import HttpExchange
+from mcp_loop_guard.proxy.upstream.health import Supervised
+
+if TYPE_CHECKING:
+    from mcp_loop_guard.proxy.downstream.http.session_relay import SessionRelay
+    from mcp_loop_guard.proxy.downstream.http.sessions import GuardSessions
+    from mcp_loop_guard.proxy.upstream.pool import Slot
+
+__all__ = [
+    "Served",
+    "channeled_front",
+    "channeled_upstream",
+    "muxed_front",
+    "muxed_upstream",
+    "relayed_front",
+    "relayed_upstream",
+    "sdk_front",
+]
 
 
 def relayed_upstream(plan: Plan) -> HttpServer | None:
@@ -49,3 +84,105 @@ def muxed_upstream(plan: Plan) -> StdioServer | None:
         return None
     spec = servers[0]
     return spec if isinstance(spec, StdioServer) else None
+
+
+@dataclass
+class Served:
+    """What serves ``/mcp``, the upstreams ``/readyz`` reports, and how a config reload applies."""
+
+    sessions: GuardSessions | HttpRelay | SessionRelay
+    slots: Sequence[Supervised]
+    reconfigure: Callable[[Sequence[ServerSpec]], Awaitable[str | None]]
+
+
+async def relayed_front(
+    plan: Plan, spec: HttpServer, agents: Agents, metrics: Metrics, tg: anyio.abc.TaskGroup
+) -> Served:
+    """One streamable HTTP server, relayed request by request: no SDK until a request needs translating."""
+    translating = Translating(plan, agents=agents, metrics=metrics, security=security_settings(plan.settings))
+    sessions = HttpRelay(plan, spec, agents=agents, metrics=metrics, translating=translating)
+    probe = HttpProbe(spec, plan.limits, sessions.upstream)
+    await tg.start(probe.supervise)
+    return Served(sessions, [probe], sessions.reconfigure)
+
+
+async def muxed_front(  # noqa: PLR0917 - what the front is made of, all needed
+    plan: Plan, spec: StdioServer, first: ChildProcess | None, agents: Agents, metrics: Metrics, tg: anyio.abc.TaskGroup
+) -> Served:
+    """One stdio server, its child shared by every session: no SDK until a request needs translating."""
+    from mcp_loop_guard.proxy.downstream.http.muxed import MuxedRelay  # noqa: PLC0415 - only this front needs it
+
+    security = security_settings(plan.settings)
+    sessions = MuxedRelay(plan, spec, agents=agents, metrics=metrics, security=security, first=first)
+    await sessions.supervise(tg)
+    return Served(sessions, sessions.slots, sessions.reconfigure)
+
+
+async def channeled_front(
+    plan: Plan, spec: HttpServer, agents: Agents, metrics: Metrics, tg: anyio.abc.TaskGroup
+) -> Served:
+    """One remote server, a session of its own for each client's: no SDK until a request needs translating."""
+    from mcp_loop_guard.proxy.downstream.http.channeled import ChanneledRelay  # noqa: PLC0415 - only this front needs it
+
+    security = security_settings(plan.settings)
+    translating = Translating(plan, agents=agents, metrics=metrics, security=security)
+    sessions = ChanneledRelay(plan, spec, agents=agents, metrics=metrics, translating=translating, security=security)
+    probes: list[Supervised] = []
+    """The server's probe, for ``/readyz`` (a config reload that changes the server replaces it)."""
+    scope = anyio.CancelScope()
+
+    async def probe(
+        spec: HttpServer,
+        scope: anyio.CancelScope,
+        *,
+        task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED,
+    ) -> None:
+        exchange = HttpExchange(spec) if spec.transport != "sse" else None
+        probes[:] = [SseProbe(spec, plan.limits) if exchange is None else HttpProbe(spec, plan.limits, exchange)]
+        with scope:
+            try:
+                await probes[0].supervise(task_status=task_status)
+            finally:
+                if exchange is not None:
+                    with anyio.CancelScope(shield=True):
+                        await exchange.aclose()
+
+    async def reconfigure(servers: Sequence[ServerSpec]) -> str | None:
+        nonlocal scope
+        problem = await sessions.reconfigure(servers)
+        if problem is None and probes[0].spec != sessions.spec:
+            old, scope = scope, anyio.CancelScope()
+            old.cancel()
+            await tg.start(probe, sessions.spec, scope)
+        return problem
+
+    await tg.start(probe, spec, scope)
+    return Served(sessions, probes, reconfigure)
+
+
+async def sdk_front(  # noqa: PLR0917 - what the SDK-based fronts are made of
+    plan: Plan,
+    first: ChildProcess | None,
+    agents: Agents,
+    metrics: Metrics,
+    events: EventLog | None,
+    tg: anyio.abc.TaskGroup,
+) -> Served:
+    """Several upstreams, aggregated by the SDK: its slots keep them (``first``: a stdio server's child, started)."""
+    from mcp_loop_guard.proxy.downstream.http.sessions import GuardSessions  # noqa: PLC0415
+    from mcp_loop_guard.proxy.downstream.sessions import SessionFactory  # noqa: PLC0415
+    from mcp_loop_guard.proxy.upstream.pool import Slot  # noqa: PLC0415
+
+    def slot(spec: ServerSpec, first: ChildProcess | None = None) -> Slot:
+        """HTTP upstreams get a connection per session; stdio upstreams one shared child each."""
+        return Slot(spec, shared=not isinstance(spec, HttpServer), limits=plan.limits, first=first)
+
+    slots = [slot(spec, first if spec is plan.single_stdio else None) for spec in plan.config.servers]
+    factory = SessionFactory(plan, slots, on_dropped=metrics.dropped, on_listed=metrics.learn, make_slot=slot)
+    security = security_settings(plan.settings)
+    sessions = GuardSessions(plan, factory=factory, agents=agents, metrics=metrics, security=security, events=events)
+    listener = factory.on_slot_change(tg)
+    for each in slots:
+        each.on_change(listener)
+    await factory.supervise(tg)
+    return Served(sessions, slots, factory.reconfigure)

@@ -1,9 +1,11 @@
 """Whether the one HTTP server a relay serves is up, asked as a client of the guard's own, for ``/readyz``.
 
-The relay itself keeps no upstream connection between requests, so this probe is what
-notices a server that went away: it opens a session with an ``initialize`` of its own,
-pings it while idle, and opens another with backoff once the server stops answering. It
-speaks raw JSON-RPC over the relay's own HTTP client, so a relay never loads the SDK for it.
+The relay itself keeps no upstream connection between requests (or one per client session),
+so this probe is what notices a server that went away: it opens a session with an
+``initialize`` of its own, pings it while idle, and opens another with backoff once the
+server stops answering. It speaks raw JSON-RPC over the guard's own HTTP client, to a
+streamable HTTP server (:class:`HttpProbe`) or a legacy SSE one (:class:`SseProbe`), so a
+relay never loads the SDK for it.
 """
 
 from __future__ import annotations
@@ -25,11 +27,14 @@ from mcp_loop_guard.proxy.downstream.http.replies import (
     read_answer,
 )
 from mcp_loop_guard.proxy.upstream.backoff import Backoff
+from mcp_loop_guard.proxy.upstream.channel import UpstreamDownError
 from mcp_loop_guard.proxy.upstream.exchange import HttpExchange, UpstreamHttpError
 from mcp_loop_guard.proxy.upstream.health import HEALTH_INTERVAL, HTTP_HANDSHAKE_TIMEOUT, Supervised
+from mcp_loop_guard.proxy.upstream.shared_child import HANDSHAKE
+from mcp_loop_guard.proxy.upstream.sse_lines import SseLines
 from mcp_loop_guard.proxy.wire import messages as wire
 
-__all__ = ["HttpProbe"]
+__all__ = ["HttpProbe", "SseProbe"]
 
 logger = logging.getLogger(__name__)
 
@@ -113,3 +118,61 @@ def _session(opened: Handshake) -> list[tuple[bytes, bytes]]:
     if opened.session_id is not None:
         headers.append((b"mcp-session-id", opened.session_id))
     return headers
+
+
+class SseProbe(Supervised):
+    """The health of one legacy SSE upstream, kept by an event stream and a session of the guard's own."""
+
+    expected = (_DownError, OSError)
+
+    def __init__(self, spec: HttpServer, limits: Limits, backoff: Backoff | None = None) -> None:
+        """Not connected yet; :meth:`supervise` connects."""
+        super().__init__(spec, backoff)
+        self.http_spec = spec
+        self.limit = limits.max_message_bytes
+        self.timeout = spec.call_timeout or limits.call_timeout or HTTP_HANDSHAKE_TIMEOUT
+        self.label = f"{spec.name} ({redact_url(spec.url)})"
+
+    async def _serve_once(self) -> str:
+        lost: list[str] = []
+        gone = anyio.Event()
+
+        async def on_lost(reason: str) -> None:
+            lost.append(reason)
+            gone.set()
+
+        async def on_message(item: object) -> None:
+            """What the server sends the probe unasked: nothing to do with it."""
+
+        channel = SseLines(self.http_spec, on_message, on_lost, max_bytes=self.limit, handshake_timeout=self.timeout)
+        reason = ""
+        async with anyio.create_task_group() as tg:
+            await tg.start(channel.run)
+            try:
+                reason = await self._session(channel, gone, lost)
+            finally:
+                tg.cancel_scope.cancel()
+        return reason
+
+    async def _session(self, channel: SseLines, gone: anyio.Event, lost: list[str]) -> str:
+        if not await channel.wait_open(self.timeout):
+            reason = lost[0] if lost else f"did not open its event stream within {self.timeout:g}s"
+            raise _DownError(f"upstream {self.label} is unreachable: {reason}")
+        answer = await channel.request("initialize", HANDSHAKE, within=self.timeout)
+        if answer is None:
+            raise _DownError(f"upstream {self.label} did not answer initialize within {self.timeout:g}s")
+        if not isinstance(answer.get("result"), dict):
+            raise _DownError(f"upstream {self.label} refused initialize: {answer.get('error')}")
+        try:
+            await channel.send_message(wire.Message({"jsonrpc": "2.0", "method": "notifications/initialized"}))
+        except UpstreamDownError as error:
+            return f"upstream {self.label} broke off after initialize: {error}"
+        logger.info("connected to upstream %s over legacy SSE", self.label)
+        self._set("ready", "connected", "connected")
+        while True:
+            with anyio.move_on_after(HEALTH_INTERVAL):
+                await gone.wait()
+            if gone.is_set():
+                return lost[0]
+            if await channel.request("ping", None, within=HEALTH_INTERVAL) is None:
+                return f"upstream {self.label} failed a health check: it did not answer ping"
