@@ -25,7 +25,15 @@ from tests.harness import (
     fixture_command,
     texts,
 )
-from tests.http_harness import Rig, ServerProcess, http_get, open_http_session, open_sse_session, serve_guard
+from tests.http_harness import (
+    Rig,
+    ServerProcess,
+    Transport,
+    http_get,
+    open_http_session,
+    open_sse_session,
+    serve_guard,
+)
 
 pytestmark = pytest.mark.anyio
 
@@ -205,41 +213,14 @@ async def test_an_http_guard_reloads_thresholds_and_servers_for_open_sessions(
     assert "jobs__start_job" in names
 
 
-async def test_a_rotated_token_keeps_an_http_relay_ready(rig: Rig, tmp_path: Path) -> None:
+@pytest.mark.parametrize("transport", ["http", "sse"])
+async def test_a_rotated_token_keeps_the_guard_ready(rig: Rig, tmp_path: Path, transport: Transport) -> None:
     """The server's token changes and the config follows: /readyz stays 200 past the next health check.
 
     The guard's own session with the server (what /readyz reports) must ask with the
     headers the relay sends; with the old token the server answers its pings with 401.
-    """
-    token = tmp_path / "token"
-    token.write_text("old")
-    config = tmp_path / "guard.json"
-
-    def entry(secret: str) -> dict[str, Any]:
-        return {"type": "http", "url": counting.mcp_url, "headers": {"Authorization": f"Bearer {secret}"}}
-
-    async with rig.counting_http(tmp_path / "calls.jsonl", "--token-file", str(token)) as counting:
-        write(config, {"counting": entry("old")})
-        async with serve_guard(["--config", str(config)], marker=rig.marker, stderr=rig.log("guard")) as guard:
-            before = await http_get(guard.url("/readyz"))
-            token.write_text("new")
-            write(config, {"counting": entry("new")})
-            await sighup_http(guard)
-            await anyio.sleep(HEALTH_INTERVAL + 3)  # a health check has asked with the new token
-            after = await http_get(guard.url("/readyz"))
-            async with open_http_session(guard.mcp_url) as http:
-                with anyio.fail_after(20):
-                    echoed = await http.session.call_tool("echo", {"text": "rotated"})
-    assert before.status_code == 200, before.text
-    assert after.status_code == 200, after.text
-    assert texts(echoed) == ["rotated"]
-
-
-async def test_a_rotated_token_keeps_a_guard_for_legacy_sse_clients_ready(rig: Rig, tmp_path: Path) -> None:
-    """``--transport sse`` in front of a streamable HTTP server (a session there per client's): the same, for its probe.
-
-    The reload changes the server's entry, so the probe that ``/readyz`` reports is started
-    again with the new headers; the old one's pings would get 401.
+    Over ``http`` the relay's probe shares its headers; for legacy SSE clients (``sse``, a
+    session at the server per client's) the reload starts the probe again with the new ones.
     """
     token = tmp_path / "token"
     token.write_text("old")
@@ -251,14 +232,15 @@ async def test_a_rotated_token_keeps_a_guard_for_legacy_sse_clients_ready(rig: R
     async with rig.counting_http(tmp_path / "calls.jsonl", "--token-file", str(token)) as counting:
         write(config, {"counting": entry("old")})
         argv = ["--config", str(config)]
-        async with serve_guard(argv, marker=rig.marker, stderr=rig.log("guard"), transport="sse") as guard:
+        async with serve_guard(argv, marker=rig.marker, stderr=rig.log("guard"), transport=transport) as guard:
             before = await http_get(guard.url("/readyz"))
             token.write_text("new")
             write(config, {"counting": entry("new")})
             await sighup_http(guard)
-            await anyio.sleep(HEALTH_INTERVAL + 3)  # the old probe's session would have failed a ping by now
+            await anyio.sleep(HEALTH_INTERVAL + 3)  # a health check has asked with the new token
             after = await http_get(guard.url("/readyz"))
-            async with open_sse_session(guard.url("/sse")) as client:
+            opened = open_http_session(guard.mcp_url) if transport == "http" else open_sse_session(guard.url("/sse"))
+            async with opened as client:
                 with anyio.fail_after(20):
                     echoed = await client.session.call_tool("echo", {"text": "rotated"})
     assert before.status_code == 200, before.text
