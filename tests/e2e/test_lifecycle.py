@@ -178,3 +178,27 @@ async def test_cwd_flag_sets_upstream_directory(connect: Connector, counting: Co
         with anyio.fail_after(5):
             result = await conn.session.call_tool("cwd", {})
     assert texts(result) == [str(workdir)]
+
+
+_HTTP_CLIENT = (
+    "mcp_loop_guard.proxy.upstream.http_lines",
+    "mcp_loop_guard.proxy.upstream.sse_lines",
+    "mcp_loop_guard.proxy.upstream.http11",
+)
+
+
+async def test_stdio_guard_loads_only_what_a_stdio_server_needs(connect: Connector, counting: CountingUpstream) -> None:
+    """In front of a stdio server the guard loads neither the MCP SDK nor its own HTTP client: every module is
+    memory in each of the guards a user runs (one per server)."""
+    server = ["env", "-u", "PYTHONPROFILEIMPORTTIME", *counting.command]  # the server's imports are not the guard's
+    async with connect(server, env={**counting.env, "PYTHONPROFILEIMPORTTIME": "1"}) as conn:
+        with anyio.fail_after(10):
+            first = await conn.session.call_tool("echo", {"text": "one"})
+            second = await conn.session.call_tool("echo", {"text": "two"})
+        lines = conn.stderr_text().splitlines()
+    imported = {line.rsplit("|", 1)[-1].strip() for line in lines if line.startswith("import time:")}
+    assert texts(first) == ["one"]
+    assert texts(second) == ["two"]
+    assert "mcp_loop_guard.proxy.relay.pipe" in imported  # the import list is the guard's, and complete
+    assert {name for name in imported if name.split(".")[0] in ("mcp", "mcp_types")} == set()
+    assert imported.isdisjoint(_HTTP_CLIENT)
