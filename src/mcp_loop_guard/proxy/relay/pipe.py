@@ -107,10 +107,8 @@ class Pipe:
     async def from_client(self, item: bytes | Oversized) -> None:
         """Handle one line the client wrote."""
         if isinstance(item, Oversized):
-            limit = (
-                f"{item.size} bytes is over the limit of {self.limits.max_message_bytes} (LOOP_GUARD_MAX_MESSAGE_BYTES)"
-            )
-            await self._reject(item.request_id, f"message of {limit}")
+            limit = f"{self.limits.max_message_bytes} (LOOP_GUARD_MAX_MESSAGE_BYTES)"
+            await self._reject(item.request_id, f"message of {item.size} bytes is over the limit of {limit}")
             return
         parsed = wire.parse(item)
         if parsed is not None:
@@ -344,8 +342,7 @@ class Pipe:
 
 
 def _http_classes() -> tuple[type[HttpLines], type[SseLines]]:
-    """The relay's HTTP upstreams, imported when an HTTP server is named: a stdio guard in front of a
-    stdio server never loads the HTTP client (about 0.3 MB of every such guard)."""
+    """Imported once a server over HTTP is named: a guard of stdio servers holds no HTTP client (0.3 MB)."""
     from mcp_loop_guard.proxy.upstream.http_lines import HttpLines  # noqa: PLC0415
     from mcp_loop_guard.proxy.upstream.sse_lines import SseLines  # noqa: PLC0415
 
