@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from mcp_loop_guard.replay import read_trace
+from mcp_loop_guard.traces import read_trace
 
 REAL = Path(__file__).parents[2] / "tests" / "corpus" / "real"
 FOLDERS = (
