@@ -14,14 +14,15 @@ from dataclasses import dataclass, field
 from fnmatch import fnmatchcase
 from typing import Any, ClassVar
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 from pydantic.alias_generators import to_camel
 
 from mcp_loop_guard.budgets import BudgetSpec, budgets_of, parse_budgets
 from mcp_loop_guard.core import Mode, Policy, ScrubRules
+from mcp_loop_guard.core.arguments import ArgumentRules
 from mcp_loop_guard.core.budget import Budget
 from mcp_loop_guard.core.scrub import PRESETS
-from mcp_loop_guard.settings import FileSettings, Settings, SettingsError, split_list
+from mcp_loop_guard.settings import REMOVED_TIMING, FileSettings, Settings, SettingsError, split_list
 
 __all__ = ["PER_SERVER", "PolicySpec", "PolicyTable", "Rules", "ToolSpec", "overridden", "server_budgets"]
 
@@ -43,6 +44,7 @@ class ToolSpec(BaseModel):
 
     THRESHOLDS: ClassVar[tuple[tuple[str, str], ...]] = (
         ("warn_threshold", "block_threshold"),
+        ("recurring_warn_threshold", "recurring_block_threshold"),
         ("same_error_warn_threshold", "same_error_block_threshold"),
         ("same_result_warn_threshold", "same_result_block_threshold"),
         ("side_effect_warn_threshold", "side_effect_block_threshold"),
@@ -61,12 +63,27 @@ class ToolSpec(BaseModel):
     side_effect_warn_threshold: int | None = Field(default=None, ge=0)
     side_effect_block_threshold: int | None = Field(default=None, ge=0)
     trust_annotations: bool | None = None
-    poll_seconds: float | int | None = Field(default=None, ge=0)
-    quiet_seconds: float | int | None = Field(default=None, ge=0)
+    recurring_warn_threshold: int | None = Field(default=None, ge=0)
+    recurring_block_threshold: int | None = Field(default=None, ge=0)
+    pollable: bool | None = None
+    ignore_args: tuple[str, ...] | None = None
+    ordered_args: tuple[str, ...] | None = None
+    case_insensitive_args: tuple[str, ...] | None = None
     scrub: tuple[str, ...] | None = None
     scrub_keys: tuple[str, ...] | None = None
 
-    @field_validator("scrub", "scrub_keys", mode="before")
+    @model_validator(mode="before")
+    @classmethod
+    def _removed(cls, value: object) -> object:
+        """Settings that no longer exist say what took their place."""
+        if isinstance(value, Mapping):
+            for name in ("pollSeconds", "poll_seconds", "quietSeconds", "quiet_seconds"):
+                if name in value:
+                    msg = f"{name} was removed: {REMOVED_TIMING}"
+                    raise ValueError(msg)
+        return value
+
+    @field_validator("scrub", "scrub_keys", "ignore_args", "ordered_args", "case_insensitive_args", mode="before")
     @classmethod
     def _lists(cls, value: object) -> object:
         """A list or a comma-separated string."""
@@ -87,6 +104,13 @@ class ToolSpec(BaseModel):
     def _paths(cls, value: tuple[str, ...] | None) -> tuple[str, ...] | None:
         """JSON paths must parse."""
         ScrubRules(keys=value or ())
+        return value
+
+    @field_validator("ignore_args")
+    @classmethod
+    def _argument_paths(cls, value: tuple[str, ...] | None) -> tuple[str, ...] | None:
+        """Names, or JSON paths that parse."""
+        ArgumentRules(ignore=value or ())
         return value
 
 
@@ -145,6 +169,11 @@ def overridden(
     given = spec.model_dump(exclude_unset=True, exclude_none=True, exclude={"tools", "budgets"})
     if "ignore_tools" in given:
         given["ignore_tools"] = session_ignores + tuple(prefix + name for name in given["ignore_tools"])
+    arguments = {
+        name: given.pop(f"{name}_args") for name in ("ignore", "ordered", "case_insensitive") if f"{name}_args" in given
+    }
+    if arguments:
+        given["arguments"] = dataclasses.replace(base.arguments, **arguments)
     presets, keys = given.pop("scrub", ()), given.pop("scrub_keys", ())
     if presets or keys:
         given["scrub"] = ScrubRules(

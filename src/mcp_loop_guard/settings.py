@@ -6,6 +6,7 @@ converts to, one for the whole session and one per upstream server with override
 
 from __future__ import annotations
 
+import logging
 import os
 import re
 from collections.abc import Iterable, Iterator, Mapping
@@ -41,6 +42,13 @@ __all__ = [
 ]
 
 ENV_PREFIX = "LOOP_GUARD_"
+REMOVED_TIMING = (
+    "a wall-clock wait no longer exempts a repeat (a slow model would never be stopped); patience is judged "
+    "from the agent's own rhythm, waiting tools, growing backoffs and `pollable: true` on a tool"
+)
+REMOVED: Mapping[str, str] = MappingProxyType({"poll_seconds": REMOVED_TIMING, "quiet_seconds": REMOVED_TIMING})
+"""Settings that no longer exist, and what took their place."""
+logger = logging.getLogger(__name__)
 
 LogLevel = Literal["debug", "info", "warning", "error"]
 
@@ -102,7 +110,24 @@ class Settings(BaseSettings):
         description="Idle seconds (nothing in flight or arriving) that end a request window.",
     )
     cycle_max_period: int = Field(
-        default=4, ge=1, le=8, description="Longest repeating sequence of calls judged as a cycle; 1 turns cycles off."
+        default=8, ge=1, le=8, description="Longest repeating sequence of calls judged as a cycle; 1 turns cycles off."
+    )
+    recurring_warn_threshold: int | None = Field(
+        default=None,
+        ge=0,
+        description="The same call with the same result this many times among the last calls, others between, "
+        "earns a warning (default: the warn threshold; 0: never).",
+        json_schema_extra={"accepted": "an integer >= 0 (unset: the warn threshold)"},
+    )
+    recurring_block_threshold: int | None = Field(
+        default=None,
+        ge=0,
+        description="The same call with the same result that would reach this count among the last calls is "
+        "refused (default: the block threshold; 0: never).",
+        json_schema_extra={"accepted": "an integer >= 0 (unset: the block threshold)"},
+    )
+    recurring_window: int = Field(
+        default=20, ge=2, le=64, description="How many of the agent's last calls the recurring family looks at."
     )
     same_error_warn_threshold: int = Field(
         default=3, ge=0, description="Same error from one tool in a row, whatever its arguments, that earns a warning."
@@ -127,18 +152,6 @@ class Settings(BaseSettings):
     )
     trust_annotations: bool = Field(
         default=True, description="Judge tools marked destructiveHint (and not idempotentHint) as side effects."
-    )
-    poll_seconds: float = Field(
-        default=60.0,
-        ge=0,
-        description="An identical call made at least this long after the previous call ended is a patient poll: "
-        "its streak starts over (0: off).",
-    )
-    quiet_seconds: float = Field(
-        default=10.0,
-        ge=0,
-        description="Repeats made at least this long after the previous call, or backing off, get no warning "
-        "(they are still refused); 0: off.",
     )
     scrub_keys: Annotated[tuple[str, ...], NoDecode] = Field(
         default=(),
@@ -415,8 +428,9 @@ class Settings(BaseSettings):
             side_effect_warn_threshold=self.side_effect_warn_threshold,
             side_effect_block_threshold=self.side_effect_block_threshold,
             trust_annotations=self.trust_annotations,
-            poll_seconds=self.poll_seconds,
-            quiet_seconds=self.quiet_seconds,
+            recurring_warn_threshold=self.recurring_warn_threshold,
+            recurring_block_threshold=self.recurring_block_threshold,
+            recurring_window=self.recurring_window,
             scrub=ScrubRules(presets=self.scrub, keys=self.scrub_keys),
             mode=Mode(self.mode),
             budgets=budgets_of(self.budgets),
@@ -449,8 +463,9 @@ RULE_SETTINGS = frozenset(
         "side_effect_warn_threshold",
         "side_effect_block_threshold",
         "trust_annotations",
-        "poll_seconds",
-        "quiet_seconds",
+        "recurring_warn_threshold",
+        "recurring_block_threshold",
+        "recurring_window",
         "scrub",
         "scrub_keys",
         "mode",
@@ -562,6 +577,7 @@ def load_settings(file_settings: Mapping[str, Any] | None = None, /, **overrides
     """
     given = {name: value for name, value in overrides.items() if value is not None}
     file_values = file_settings if file_settings is not None else FileSettings({})
+    _warn_unknown_variables()
     token = _FILE_VALUES.set(file_values)
     try:
         return Settings(**given)
@@ -569,6 +585,19 @@ def load_settings(file_settings: Mapping[str, Any] | None = None, /, **overrides
         raise SettingsError(_explain(error, given, file_values)) from None
     finally:
         _FILE_VALUES.reset(token)
+
+
+def _warn_unknown_variables() -> None:
+    """A ``LOOP_GUARD_*`` variable that is no setting is most likely a typo: say so, once per load."""
+    fields = Settings.model_fields
+    for variable in sorted(os.environ):
+        name = variable[len(ENV_PREFIX) :].lower()
+        if not variable.startswith(ENV_PREFIX) or name in fields:
+            continue
+        if name in REMOVED:
+            logger.warning("%s is ignored: it was removed; %s", variable, REMOVED[name])
+        else:
+            logger.warning("%s is ignored: it is not a setting (see mcp-loop-guard --help)", variable)
 
 
 def _setting_field(name: str, info: FieldInfo) -> SettingField:
@@ -620,7 +649,11 @@ def _explain(error: ValidationError, given: Mapping[str, Any], file_values: Mapp
     for issue in error.errors(include_url=False):
         name = str(issue["loc"][0]) if issue["loc"] else ""
         if name not in fields:
-            problems.append(f"{name!r} is not a setting (known: {', '.join(fields)})")
+            snake = re.sub(r"(?<!^)(?=[A-Z])", "_", name).lower()
+            if snake in REMOVED:
+                problems.append(f"{name!r} was removed: {REMOVED[snake]}")
+            else:
+                problems.append(f"{name!r} is not a setting (known: {', '.join(fields)})")
             continue
         variable = ENV_PREFIX + name.upper()
         value = "<hidden>" if fields[name].annotation == SecretStr | None else repr(issue["input"])

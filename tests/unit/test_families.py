@@ -113,16 +113,27 @@ def test_one_call_alternating_between_two_results_is_polling_not_a_cycle() -> No
 
 
 def test_cycle_detection_can_be_switched_off() -> None:
-    """cycle_max_period=1 leaves only identical calls."""
-    verdicts = cycle(Agent(Policy(cycle_max_period=1)), [READ, WRITE], 20)
+    """cycle_max_period=1 and no recurring family leave only identical calls."""
+    off = Policy(cycle_max_period=1, recurring_warn_threshold=0, recurring_block_threshold=0)
+    verdicts = cycle(Agent(off), [READ, WRITE], 20)
     assert {v.action for v in verdicts} == {ALLOW}
+
+
+def test_without_cycle_detection_a_cycle_still_recurs() -> None:
+    """cycle_max_period=1: each step of an A-B cycle comes back unchanged, so the recurring family refuses it."""
+    verdicts = cycle(Agent(Policy(cycle_max_period=1)), [READ, WRITE], 20)
+    refused = next(v for v in verdicts if v.action is BLOCK)
+    assert refused.family is Family.RECURRING
+    assert verdicts.index(refused) == 9, "the 5th write: reads count from the first write, which may change them"
 
 
 def test_the_same_error_with_tweaked_arguments_is_warned_at_3_and_refused_at_8() -> None:
     """run("npm test"), run("npm  test"), run("npm test --force")... all EACCES."""
     agent = Agent()
     denied = text("EACCES: permission denied, open '/usr/lib/node_modules'", error=True)
-    verdicts = [agent.call("run", {"cmd": "npm test" + " " * i}, denied) for i in range(10)]
+    tweaks = ["npm test", "npm run test", "npm test --force", "sudo npm test", "npm t", "npx npm test", "npm test -s"]
+    commands = [*tweaks, "npm test --verbose", "npm test --silent", "npm test --ci"]
+    verdicts = [agent.call("run", {"cmd": command}, denied) for command in commands]
     assert [v.action for v in verdicts[:7]] == [ALLOW, ALLOW, WARN, WARN, WARN, WARN, WARN]
     assert verdicts[2].family is Family.SAME_ERROR
     assert "failed 3 times" in (verdicts[2].reason or "")
@@ -133,14 +144,18 @@ def test_the_same_error_with_tweaked_arguments_is_warned_at_3_and_refused_at_8()
 
 
 def test_another_tool_or_a_changed_result_lifts_the_same_error_refusal() -> None:
-    """Refused at 8 until another tool is called; a different error starts over."""
+    """Refused at 8 while retried right away; a look with another tool earns one more (warned) try, and the
+    same error right after it is refused again; a write clears the streak; a different error starts over."""
     agent = Agent()
     denied = text("EACCES", error=True)
     for i in range(7):
         agent.call("run", {"i": i}, denied)
     assert agent.call("run", {"i": 99}, denied).action is BLOCK
     assert agent.call("whoami", {}, text("me")).action is ALLOW
-    assert agent.call("run", {"i": 100}, denied).action is ALLOW
+    assert agent.call("run", {"i": 100}, denied).action is WARN
+    assert agent.call("run", {"i": 101}, denied).action is BLOCK
+    assert agent.call("chmod_file", {"path": "/usr/lib"}, text("mode changed")).action is ALLOW
+    assert agent.call("run", {"i": 102}, denied).action is ALLOW
     fresh = Agent()
     for i in range(6):
         fresh.call("run", {"i": i}, denied)
@@ -354,8 +369,9 @@ def test_the_state_round_trips_through_its_serialized_form() -> None:
         assert twin.call(*step) == agent.call(*step)
 
 
-def test_a_serialized_state_stays_under_one_kilobyte_however_long_the_history() -> None:
-    """The stored value is bounded: after 10 or 10,000 calls of every kind, under 1 KB."""
+def test_a_serialized_state_stays_under_two_kilobytes_however_long_the_history() -> None:
+    """The stored value is bounded: after 10 or 10,000 calls of every kind, under 2 KB (the last 8 calls for
+    cycles, 20 short tokens for recurring calls, the agent's rhythm)."""
 
     def drive(calls: int) -> int:
         agent = Agent(Policy(abort_threshold=1_000_000))
@@ -367,8 +383,8 @@ def test_a_serialized_state_stays_under_one_kilobyte_however_long_the_history() 
         return len(agent.detector.state.dumps().encode())
 
     small, big = drive(10), drive(10_000)
-    assert big < 1024
-    assert small < 1024
+    assert big < 2048
+    assert small < 2048
 
 
 @given(st.lists(st.sampled_from([READ, WRITE, LIST, STAT]), max_size=40))

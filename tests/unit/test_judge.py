@@ -14,7 +14,7 @@ from mcp_loop_guard.store.memory import MemoryStore
 
 pytestmark = pytest.mark.anyio
 
-POLICY = Policy(warn_threshold=2, block_threshold=3, quiet_seconds=0)
+POLICY = Policy(warn_threshold=2, block_threshold=3)
 DONE: dict[str, Any] = {"content": [{"type": "text", "text": "done"}]}
 INTERIM: dict[str, dict[str, Any]] = {
     "input_required": {"resultType": "input_required", "inputRequests": {"a": {"method": "sampling/createMessage"}}},

@@ -5,42 +5,55 @@ The proxy calls :func:`begin` before forwarding a call, then exactly one of :fun
 cancellation, upstream gone). Time comes in as ``now``; nothing here reads a clock or does
 I/O, so every rule can be tested without sleeping, and a state store can re-run a fold.
 
-Calls that start before any call of the current batch has completed form a batch (one model
-response asking for several tools). Inside a batch, identical calls count like a streak
-(a burst); distinct ones never advance a streak: when the batch ends, only its
-last-completing result joins the sequence, counted once per member that completed with the
-same call and result. A lone call is a batch of one.
-
-Sequential rules look at that sequence: a call equal (call and result) to the call one period
-earlier repeats a cycle, period 1 being identical calls; the same error from one tool whatever
-its arguments; the same result from one tool for different arguments. Side effects count
-identical calls of destructive, non-idempotent tools whatever their results.
+How calls fold into a sequence (batches, windows) is :mod:`~mcp_loop_guard.core.sequence`;
+which patterns refuse or warn is :mod:`~mcp_loop_guard.core.families`; when a repeat is the
+agent waiting on purpose is :mod:`~mcp_loop_guard.core.patience`; which argument differences
+are trivial is :mod:`~mcp_loop_guard.core.arguments`.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import functools
+import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from hashlib import sha256
 from typing import Any, Final
 
-from mcp_loop_guard.core import budget, wording
-from mcp_loop_guard.core.fingerprint import call_key, canonical_json, result_key
-from mcp_loop_guard.core.model import Action, Family, Mode, Verdict
-from mcp_loop_guard.core.policy import Policy
-from mcp_loop_guard.core.state import (
-    DIGEST,
-    MAX_BATCHES,
-    MAX_EFFECTS,
-    MAX_MEMBERS,
-    Batch,
-    Entry,
-    ErrorStreak,
-    SameResult,
-    State,
+from mcp_loop_guard.core import budget, intent, wording
+from mcp_loop_guard.core.arguments import NO_RULES, ArgumentRules, forms, loose_text
+from mcp_loop_guard.core.families import (
+    PATTERNS,
+    Found,
+    Owed,
+    burst_warning,
+    effect_warning,
+    forget_effects_of_others,
+    refusal,
+    sequential_warning,
 )
+from mcp_loop_guard.core.fingerprint import call_key, canonical_json, result_key
+from mcp_loop_guard.core.model import Action, Call, Family, Mode, Outcome, Verdict
+from mcp_loop_guard.core.patience import backing_off, long_gap, note_gap
+from mcp_loop_guard.core.policy import Policy
+from mcp_loop_guard.core.sequence import (
+    MARK_TTL_SECONDS,
+    close_idle_window,
+    expire,
+    failure_key,
+    find,
+    fold,
+    fold_completed,
+    fold_refused,
+    holding,
+    open_batch,
+    recurrences,
+    settle,
+    size,
+    uncount,
+)
+from mcp_loop_guard.core.state import DIGEST, MAX_MEMBERS, MAX_REFUSED, Batch, Entry, State
 
 __all__ = [
     "MARK_TTL_SECONDS",
@@ -57,32 +70,6 @@ __all__ = [
     "take_over",
 ]
 
-MARK_TTL_SECONDS: Final = 900.0
-"""A batch with no member begun or ended for this long was left by a process that died mid-call."""
-
-
-@dataclass(frozen=True, slots=True)
-class Call:
-    """What the detector sees of a call before it is forwarded."""
-
-    tool: str
-    key: str
-    """16-hex fingerprint of tool and arguments."""
-    side_effect: bool = False
-    """The tool is annotated destructive and not idempotent."""
-    read_only: bool = False
-    """The tool is annotated read-only: calling it changes nothing."""
-    acts: bool = False
-    """The tool is annotated as not read-only (``readOnlyHint: false``): it performs actions."""
-
-
-@dataclass(frozen=True, slots=True)
-class Outcome:
-    """What the detector sees of an answer: a result's fingerprint, or an error's."""
-
-    key: str
-    error: bool = False
-
 
 @dataclass(frozen=True, slots=True)
 class Ticket:
@@ -91,11 +78,19 @@ class Ticket:
     batch: int
     tool: str
     call: str
+    """The call's loose fingerprint."""
     policy: Policy
-    owed: tuple[Family, int, Action, str] | None = None
+    owed: Owed | None = None
     """A verdict judged at begin and delivered with the result: (family, count, action, reason)."""
     acts: bool = False
-    """The call's tool performs actions (annotated not read-only)."""
+    """The call may change things."""
+    key: str = ""
+    """The call's key fingerprint ("": :attr:`call`)."""
+    waits: bool = False
+    held: bool = False
+    """A patient repeat: it does not lengthen the streak it continues."""
+    probe: bool = False
+    """A call refused in an earlier request window, let through once to see whether its result changed."""
 
 
 def call_of(
@@ -104,22 +99,70 @@ def call_of(
     annotations: Mapping[str, Any] | None = None,
     *,
     trusted: bool = True,
+    rules: ArgumentRules = NO_RULES,
 ) -> Call:
     """The detector's view of a call; its tool's MCP annotations count only when ``trusted``."""
     hints = annotations if trusted and annotations else {}
     read_only = hints.get("readOnlyHint") is True
     side_effect = hints.get("destructiveHint") is True and hints.get("idempotentHint") is not True
-    acts = hints.get("readOnlyHint") is False
-    return Call(tool, call_key(tool, arguments)[:DIGEST], side_effect and not read_only, read_only, acts)
+    keyed, loosened = forms(arguments, rules)
+    key = call_key(tool, keyed)[:DIGEST]
+    loose = key if loosened is keyed or loosened == keyed else call_key(tool, loosened)[:DIGEST]
+    acts = intent.writes(tool, arguments, hints)
+    return Call(tool, key, side_effect and not read_only, read_only, acts, loose, intent.waits(tool, arguments))
+
+
+ERROR_TEXT: Final = 4096
+"""Longest error text compared loosely; a longer one is compared as it is."""
 
 
 def outcome_of(result: Mapping[str, Any], policy: Policy) -> Outcome:
-    """The detector's view of a ``tools/call`` result in wire form, scrubbed as the policy says."""
-    return Outcome(result_key(policy.scrub.apply(result))[:DIGEST], result.get("isError") is True)
+    """The detector's view of a ``tools/call`` result in wire form, scrubbed as the policy says.
+
+    A text result that says it failed (``Error: ...``) is a failure even without ``isError``. An error
+    result's short texts are compared loosely (:func:`~mcp_loop_guard.core.arguments.loose_text`):
+    a failure that echoes a variant of its arguments, or a fresh request id, is the same failure.
+    """
+    failed = result.get("isError") is True or _reads_as_error(result)
+    if failed:
+        result = _loose_error(result)
+    return Outcome(result_key(policy.scrub.apply(result))[:DIGEST], failed)
+
+
+_ERROR_TEXT = re.compile(
+    r"\s*\[?\s*(?:error|exception|fatal|failed|failure)\s*[:!\]]|\s*traceback \(most recent call last\)", re.I
+)
+"""A text result that says it failed (``Error: ...``) from a server that does not set ``isError``."""
+
+
+def _reads_as_error(result: Mapping[str, Any]) -> bool:
+    content = result.get("content")
+    if not isinstance(content, list) or not content or not isinstance(content[0], Mapping):
+        return False
+    text = content[0].get("text")
+    return isinstance(text, str) and _ERROR_TEXT.match(text, 0, 200) is not None
+
+
+def _loose_error(result: Mapping[str, Any]) -> Mapping[str, Any]:
+    content = result.get("content")
+    if not isinstance(content, list):
+        return result
+    texts = [item.get("text") for item in content if isinstance(item, Mapping)]
+    if sum(len(text) for text in texts if isinstance(text, str)) > ERROR_TEXT:
+        return result
+    loose = [
+        {**item, "text": loose_text(item["text"])}
+        if isinstance(item, Mapping) and isinstance(item.get("text"), str)
+        else item
+        for item in content
+    ]
+    return {**result, "content": loose}
 
 
 def error_outcome(code: object, message: object) -> Outcome:
     """The detector's view of a JSON-RPC error answering a call: an error result like any other."""
+    if isinstance(message, str) and len(message) <= ERROR_TEXT:
+        message = loose_text(message)
     return Outcome(sha256(canonical_json(["jsonrpc-error", code, message])).hexdigest()[:DIGEST], error=True)
 
 
@@ -169,35 +212,57 @@ def _begin(state: State, call: Call, policy: Policy, session: Policy, now: float
     """The loop rules of :func:`begin`."""
     if not policy.active or policy.ignores(call.tool):
         return None, _allow(state, call.tool)
-    _size(state, session)
-    _expire(state, session, now)
+    size(state, session)
+    expire(state, session, now)
     if not state.batches:
-        _close_idle_window(state, session, now)
+        close_idle_window(state, session, now)
     batch = state.batches[-1] if state.batches and not state.batches[-1].closed else None
     if batch is None:
-        _fold_completed(state)
-    copies = sum(held.members.get(call.key, 0) for held in state.batches) if policy.burst_detection else 0
+        fold_completed(state)
+    copies = sum(open_.members.get(call.key, 0) for open_ in state.batches) if policy.burst_detection else 0
     gap = now - state.idle_since if not state.batches and state.idle_since is not None else 0.0
-    patient = _patient(state, call, policy, gap)
-    found = _refusal(state, call, policy, copies, patient=patient)
+    seen = recurrences(state, call.loose)[0] if policy.recurring_block or gap > 0 else 0
+    held = _patient(state, call, policy, gap, seen)
+    if gap > 0:
+        note_gap(state, gap)
+    found = refusal(state, call, policy, copies, held=held, seen=seen)
+    probe = False
     owed: Owed | None = None
+    if found is not None and call.loose in state.probes:
+        state.probes.remove(call.loose)  # refused in an earlier window: once more, to see whether it changed
+        found, probe = None, True
     if found is not None:
-        family, count, cycle = found
         if session.mode is Mode.ENFORCE:
-            return None, _refuse(state, call, family, count, cycle, batch, session, now)
+            return None, _refuse(state, call, found, batch, session, now=now)
         owed = _held_back(state, call, found, session)
     if batch is None:
-        batch = _open_batch(state, session)
-        batch.gap, batch.patient = gap, patient
+        batch = open_batch(state, session)
+        batch.gap, batch.held = gap, held
     _join(state, batch, call, now)
     if owed is None and copies:
-        owed = _burst_warning(state, call, policy, copies)
-    effect = _effect_warning(state, call, policy)
+        owed = burst_warning(state, call, policy, copies)
+    effect = effect_warning(state, call, policy)
     owed = owed or effect
-    ticket = Ticket(batch.id, call.tool, call.key, policy, owed, call.acts)
+    ticket = Ticket(batch.id, call.tool, call.loose, policy, owed, call.acts, call.key, call.waits, held, probe)
     if owed is not None and session.mode is Mode.SHADOW and owed[2] >= Action.BLOCK:
         return ticket, Verdict(Action.ALLOW, call.tool, owed[1], owed[3], state.blocks, owed[0], shadow=owed[2])
     return ticket, _allow(state, call.tool)
+
+
+def _patient(state: State, call: Call, policy: Policy, gap: float, seen: int) -> bool:
+    """Evidence that this repeat is the agent waiting on purpose (see :mod:`~mcp_loop_guard.core.patience`).
+
+    A loop already refused stays refused, however the agent waits in between. ``seen``: the call's
+    unchanged answers among the recent calls.
+    """
+    history, runs = state.history, state.runs
+    if history and runs and history[-1].call == call.loose and runs[0] + 1 >= policy.block_threshold:
+        return False
+    if policy.pollable or call.waits:
+        return True
+    if gap <= 0 or (not (history and history[-1].call == call.loose) and not seen):
+        return False  # only a repeat can be patient
+    return long_gap(state, gap) or backing_off(state, call.loose, gap)
 
 
 def finish(state: State, ticket: Ticket, outcome: Outcome, session: Policy, now: float) -> Verdict:
@@ -207,33 +272,41 @@ def finish(state: State, ticket: Ticket, outcome: Outcome, session: Policy, now:
     others get only what was judged for them at begin (burst, side effect). An ``isError``
     result is invisible when the policy ignores errors. A stale ticket changes nothing.
     """
-    _size(state, session)
-    batch = _find(state, ticket.batch)
+    size(state, session)
+    batch = find(state, ticket.batch)
     if batch is None or batch.live <= 0:
         return _allow(state, ticket.tool)
     policy = ticket.policy
     visible = not (policy.ignore_errors and outcome.error)
-    entry = Entry(ticket.tool, ticket.call, outcome.key, outcome.error, ticket.acts)
+    entry = Entry(
+        ticket.tool, ticket.call, outcome.key, outcome.error, ticket.acts, ticket.waits, ticket.held, batch.gap
+    )
+    key = ticket.key or ticket.call
     if visible:
         batch.last = entry
-        done = ticket.call + outcome.key
+        done = key + outcome.key
+        batch.last_done = done
         if policy.burst_detection and (len(batch.done) < MAX_MEMBERS or done in batch.done):
             batch.done[done] = batch.done.get(done, 0) + 1
+        if outcome.error:
+            failed = failure_key(ticket.tool, outcome.key)
+            if len(batch.failed) < MAX_MEMBERS or failed in batch.failed:
+                batch.failed[failed] = batch.failed.get(failed, 0) + 1
     batch.live -= 1
     batch.closed = True
     batch.touched = now
-    judged: tuple[Family, int, Action, str] | None = ticket.owed
+    judged: Owed | None = ticket.owed
     streak = 0
     if batch.live == 0:
-        quiet = _quiet(state, batch, policy)
-        settled = _settle(state, batch, session, now, keep_refused=True)
+        settled = settle(state, batch, session, now, keep_refused=True)
         if visible and settled is entry:
-            streak, warning = _sequential_warning(state, entry, policy)
-            if warning is not None and quiet and warning[0] in _PACED:
-                warning = None
+            streak, warning = sequential_warning(state, entry, policy)
+            if warning is not None and ticket.probe and warning[0] in PATTERNS:
+                warning = _still_the_same(warning, entry.tool, policy)
             if warning is not None and (judged is None or judged[2] < Action.BLOCK):
                 judged = warning
-        _fold_refused(state, batch)
+        fold_refused(state, batch)
+    size(state, session)
     if judged is None:
         return _allow(state, ticket.tool, streak)
     family, count, action, text = judged
@@ -243,109 +316,36 @@ def finish(state: State, ticket: Ticket, outcome: Outcome, session: Policy, now:
     return Verdict(Action.WARN, ticket.tool, count, text, state.blocks, family)
 
 
-def _patient(state: State, call: Call, policy: Policy, gap: float) -> bool:
-    """The agent waited ``poll_seconds`` before repeating: a patient poll, not a loop.
-
-    A loop already refused stays refused, however long the agent waits in between.
-    """
-    if not policy.poll_seconds or gap < policy.poll_seconds:
-        return False
-    history = state.history
-    refused = bool(history) and history[-1].call == call.key and state.runs[0] + 2 >= policy.block_threshold
-    return not refused
-
-
-_PACED = frozenset({Family.IDENTICAL, Family.CYCLE, Family.SAME_ERROR})
-"""Families whose warnings a patient agent (slow repeats, a backoff) does not get."""
-
-
-def _quiet(state: State, batch: Batch, policy: Policy) -> bool:
-    """The agent waited before this call (``quiet_seconds``), or is backing off: warning it is wrong advice.
-
-    Records the wait for the next call's comparison.
-    """
-    gap, previous = batch.gap, state.gap
-    if gap > 0:
-        state.gap = gap
-    if not policy.quiet_seconds or gap <= 0:
-        return False
-    return gap >= policy.quiet_seconds or (previous >= 1.0 and gap >= 1.5 * previous)
+def _still_the_same(warning: Owed, tool: str, policy: Policy) -> Owed:
+    """A call let through in a new window came back unchanged: the next one is refused, and it says so."""
+    family, count, action, _ = warning
+    block = policy.recurring_block if family is Family.RECURRING else policy.block_threshold
+    return family, count, action, wording.warning(family, tool, count, block)
 
 
 def abandon(state: State, ticket: Ticket, session: Policy, now: float) -> None:
     """Release a forwarded call that ended without an answer; no pattern moves for it."""
-    batch = _find(state, ticket.batch)
+    batch = find(state, ticket.batch)
     if batch is None or batch.live <= 0:
         return
     batch.live -= 1
-    _uncount(batch, ticket.call, 1)
+    uncount(batch, ticket.key or ticket.call, 1)
     batch.closed = True
     batch.touched = now
     if batch.live == 0:
-        _settle(state, batch, session, now)
+        settle(state, batch, session, now)
 
 
 def take_over(state: State, session: Policy, now: float) -> None:
     """A guard continuing the state of one that has exited: its calls in flight will never end."""
     for batch in list(state.batches):
-        _settle(state, batch, session, now)
+        settle(state, batch, session, now)
 
 
 # --- refusals ---------------------------------------------------------------------------------
 
 
-def _refusal(
-    state: State, call: Call, policy: Policy, copies: int, *, patient: bool
-) -> tuple[Family, int, tuple[str, ...]] | None:
-    """(family, count, cycle tools) when this call must be refused, else None.
-
-    A patient poll (the agent waited ``poll_seconds``) starts its streak and cycle over.
-    """
-    history, runs = state.history, state.runs
-    base = runs[0] + 1 if history and history[-1].call == call.key and not patient else 0
-    identical = base + copies + 1
-    if identical >= policy.block_threshold:
-        return (Family.BURST if copies else Family.IDENTICAL), identical, ()
-    for period in range(2, 1 if patient else min(policy.cycle_max_period, len(runs), len(history)) + 1):
-        run = runs[period - 1] + 1
-        if history[-period].call == call.key and _is_cycle(history, period, run):
-            count = _cycle_count(run, period)
-            if count >= policy.block_threshold:
-                return Family.CYCLE, count, tuple(entry.tool for entry in history[-period:])
-    done_before = state.effects.get(call.key, ("", 0))[1]
-    if (
-        call.side_effect
-        and policy.trust_annotations
-        and policy.side_effect_block_threshold
-        and done_before + 1 >= policy.side_effect_block_threshold
-    ):
-        return Family.SIDE_EFFECT, done_before + 1, ()
-    error = state.error
-    if (
-        error is not None
-        and error.tool == call.tool
-        and policy.same_error_block_threshold
-        and not policy.ignore_errors
-        and error.count + 1 >= policy.same_error_block_threshold
-    ):
-        return Family.SAME_ERROR, error.count + 1, ()
-    same = state.same
-    if (
-        same is not None
-        and same.tool == call.tool
-        and same.last_call != call.key
-        and policy.same_result_block_threshold
-        and same.distinct + 1 >= policy.same_result_block_threshold
-    ):
-        return Family.SAME_RESULT, same.distinct + 1, ()
-    return None
-
-
-Owed = tuple[Family, int, Action, str]
-"""A verdict judged at begin and delivered with the result: (family, count, action, reason)."""
-
-
-def _held_back(state: State, call: Call, found: tuple[Family, int, tuple[str, ...]], session: Policy) -> Owed:
+def _held_back(state: State, call: Call, found: Found, session: Policy) -> Owed:
     """Warn and shadow modes: the call goes on, and what enforce mode would have done is owed."""
     family, count, cycle = found
     action = _count_refusal(state, session) if session.mode is Mode.SHADOW else Action.WARN
@@ -360,23 +360,11 @@ def _held_back(state: State, call: Call, found: tuple[Family, int, tuple[str, ..
 def _join(state: State, batch: Batch, call: Call, now: float) -> None:
     """The call becomes a member of its batch; a call that may change things forgets other tools' effects."""
     if not call.read_only and state.effects:
-        _forget_effects_of_others(state, call.tool)
+        forget_effects_of_others(state, call.tool)
     if len(batch.members) < MAX_MEMBERS or call.key in batch.members:
         batch.members[call.key] = batch.members.get(call.key, 0) + 1
     batch.live += 1
     batch.touched = now
-
-
-def _effect_warning(state: State, call: Call, policy: Policy) -> Owed | None:
-    """Count a side-effect call; its warning once it repeats."""
-    warn, block = policy.side_effect_warn_threshold, policy.side_effect_block_threshold
-    if not (call.side_effect and policy.trust_annotations and (warn or block)):
-        return None
-    count = _count_effect(state, call.key, call.tool)  # counted even with no warning step: refusals need it
-    if not warn or count < warn:
-        return None
-    text = wording.warning(Family.SIDE_EFFECT, call.tool, count, policy.side_effect_block_threshold)
-    return Family.SIDE_EFFECT, count, Action.WARN, text
 
 
 def _count_refusal(state: State, session: Policy) -> Action:
@@ -386,35 +374,28 @@ def _count_refusal(state: State, session: Policy) -> Action:
     return Action.BLOCK
 
 
-def _refuse(  # noqa: PLR0917 - the pieces of one refusal, all needed
-    state: State,
-    call: Call,
-    family: Family,
-    count: int,
-    cycle: tuple[str, ...],
-    batch: Batch | None,
-    session: Policy,
-    now: float,
-) -> Verdict:
+def _refuse(state: State, call: Call, found: Found, batch: Batch | None, session: Policy, *, now: float) -> Verdict:
     """Count a refusal and word it; ABORT once the window has seen enough of them (session rules).
 
     A refused call keeps its place: in the sequence it stands for the result it would have
     repeated, so the same call stays refused until something changes; while copies of it are
     in flight it counts as one more copy (in the open batch, or the latest one holding them).
     """
+    family, count, cycle = found
     action = _count_refusal(state, session)
-    holder = batch if batch is not None else _holding(state, call.key)
+    holder = batch if batch is not None else holding(state, call.key)
     if holder is not None:
         if len(holder.members) < MAX_MEMBERS or call.key in holder.members:
             holder.members[call.key] = holder.members.get(call.key, 0) + 1
-            holder.refused[call.key] = holder.refused.get(call.key, 0) + 1
+            holder.refused[call.loose] = holder.refused.get(call.loose, 0) + 1
         holder.touched = now
-    elif family in {Family.IDENTICAL, Family.CYCLE}:
-        period = len(cycle) or 1
-        assumed = state.history[-period]
-        _fold(state, Entry(call.tool, call.key, assumed.result, assumed.error, call.acts), 1)
+    elif family in PATTERNS:
+        fold(state, _assumed(state, call, family, cycle), 1)
     elif family is Family.SAME_ERROR and state.error is not None:
         state.error.count += 1
+    if call.loose not in state.refused:
+        state.refused.append(call.loose)
+        del state.refused[:-MAX_REFUSED]
     if not state.batches:
         state.idle_since = now
     reason = wording.refusal(family, call.tool, count, cycle)
@@ -424,234 +405,14 @@ def _refuse(  # noqa: PLR0917 - the pieces of one refusal, all needed
     return Verdict(action, call.tool, count, reason, state.blocks, family)
 
 
-def _burst_warning(state: State, call: Call, policy: Policy, copies: int) -> tuple[Family, int, Action, str] | None:
-    history, runs = state.history, state.runs
-    base = runs[0] + 1 if history and history[-1].call == call.key else 0
-    count = base + copies + 1
-    if count < policy.warn_threshold:
-        return None
-    text = wording.warning(Family.BURST, call.tool, count, policy.block_threshold)
-    return Family.BURST, count, Action.WARN, text
-
-
-def _count_effect(state: State, key: str, tool: str) -> int:
-    count = state.effects.pop(key, ("", 0))[1] + 1
-    state.effects[key] = (tool, count)  # most recent last
-    while len(state.effects) > MAX_EFFECTS:
-        del state.effects[next(iter(state.effects))]
-    return count
-
-
-def _forget_effects_of_others(state: State, tool: str) -> None:
-    """A call that may change things, to another tool: repeating an earlier action may be meant now.
-
-    Running the tests again after an edit is not sending the same email twice.
-    """
-    state.effects = {key: value for key, value in state.effects.items() if value[0] == tool}
-
-
-# --- the sequence -----------------------------------------------------------------------------
-
-
-def _is_cycle(history: list[Entry], period: int, run: int) -> bool:
-    """A cycle has repeated in full at least once, and is made of different calls.
-
-    One call repeated with alternating results is polling, not a cycle.
-    """
-    if run < period:
-        return False
-    first = history[-period].call
-    return any(entry.call != first for entry in history[-period:])
-
-
-def _cycle_count(run: int, period: int) -> int:
-    """Occurrences of one position of a cycle: 1 + ceil(run / period) (period 1: the streak)."""
-    return 1 + -(-run // period)
-
-
-def _fold(state: State, entry: Entry, copies: int, *, fresh: bool = False) -> None:
-    """Append one call (completed ``copies`` times identically) to the sequence; move every pattern.
-
-    ``fresh``: a patient poll, whose repetitions start over.
-    """
-    history, runs = state.history, state.runs
-    for period in range(1, len(runs) + 1):
-        step = copies if period == 1 else 1
-        if not fresh and len(history) >= period and history[-period].same(entry):
-            runs[period - 1] += step
-        else:
-            runs[period - 1] = step - 1
-    history.append(entry)
-    del history[: -len(runs)]
-    if entry.error:
-        error = state.error
-        if error is not None and error.tool == entry.tool and error.result == entry.result:
-            error.count += copies
-        else:
-            state.error = ErrorStreak(entry.tool, entry.result, copies)
-        state.same = None
-        return
-    state.error = None
-    same = state.same
-    if entry.acts:  # an action's acknowledgment ("staged", "sent") is the same for every item, as it should be
-        state.same = None
-        return
-    if same is not None and same.tool == entry.tool and same.result == entry.result:
-        same.count += copies
-        same.distinct += same.last_call != entry.call
-        same.last_call = entry.call
-    else:
-        state.same = SameResult(entry.tool, entry.result, copies, entry.call, distinct=1)
-
-
-def _sequential_warning(
-    state: State, entry: Entry, policy: Policy
-) -> tuple[int, tuple[Family, int, Action, str] | None]:
-    """(streak, warning or None) for the call whose result was just folded in."""
-    runs = state.runs
-    best_count, best_period = 1 + runs[0], 1
-    for period in range(2, min(policy.cycle_max_period, len(runs)) + 1):
-        if _is_cycle(state.history, period, runs[period - 1]):
-            count = _cycle_count(runs[period - 1], period)
-            if count > best_count:
-                best_count, best_period = count, period
-    if best_count >= policy.warn_threshold:
-        cycle: tuple[str, ...] = ()
-        family = Family.IDENTICAL
-        if best_period > 1:
-            family, cycle = Family.CYCLE, tuple(e.tool for e in state.history[-best_period:])
-        if best_count >= policy.block_threshold:  # only where refusals are held back (warn, shadow)
-            text = wording.held_back(family, entry.tool, best_count, cycle)
-            return best_count, (family, best_count, Action.WARN, text)
-        text = wording.warning(family, entry.tool, best_count, policy.block_threshold, cycle)
-        return best_count, (family, best_count, Action.WARN, text)
-    error = state.error
-    if (
-        entry.error
-        and error is not None
-        and policy.same_error_warn_threshold
-        and not policy.ignore_errors
-        and error.count >= policy.same_error_warn_threshold
-        and error.count > best_count
-    ):
-        text = wording.warning(Family.SAME_ERROR, entry.tool, error.count, policy.same_error_block_threshold)
-        return best_count, (Family.SAME_ERROR, error.count, Action.WARN, text)
-    same = state.same
-    if same is not None and policy.same_result_warn_threshold and same.distinct >= policy.same_result_warn_threshold:
-        text = wording.warning(Family.SAME_RESULT, entry.tool, same.distinct, policy.same_result_block_threshold)
-        return best_count, (Family.SAME_RESULT, same.distinct, Action.WARN, text)
-    return best_count, None
-
-
-# --- batches and windows ----------------------------------------------------------------------
-
-
-def _size(state: State, session: Policy) -> None:
-    """Fit the remembered sequence to the session's longest cycle (a new state, or new settings)."""
-    wanted = session.cycle_max_period
-    if len(state.runs) != wanted:
-        state.runs = (state.runs + [0] * wanted)[:wanted]
-        del state.history[:-wanted]
-
-
-def _find(state: State, ident: int) -> Batch | None:
-    for batch in state.batches:
-        if batch.id == ident:
-            return batch
-    return None
-
-
-def _open_batch(state: State, session: Policy) -> Batch:
-    """A new batch. What earlier batches have completed joins the sequence first: a call made after
-    another one has completed saw that result, even while a long call of its batch is still running."""
-    while len(state.batches) >= MAX_BATCHES:
-        _settle(state, state.batches[0], session, state.batches[0].touched)
-    _fold_completed(state)
-    batch = Batch(state.next_batch)
-    state.next_batch += 1
-    state.batches.append(batch)
-    return batch
-
-
-def _fold_completed(state: State) -> None:
-    """What earlier batches have completed joins the sequence: a call made after another one has
-    completed saw that result, even while a long call of its batch is still running. Its copies
-    still in flight, and refused ones, go on counting as copies."""
-    for earlier in state.batches:
-        entry = earlier.last
-        if entry is None:
-            continue
-        _fold(state, entry, _completed_copies(earlier, entry), fresh=earlier.patient)
-        earlier.patient = False  # its fresh start is made; later completions continue it
-        for done, count in earlier.done.items():
-            _uncount(earlier, done[:DIGEST], count)
-        earlier.last = None
-        earlier.done.clear()
-
-
-def _completed_copies(batch: Batch, entry: Entry) -> int:
-    """Members of the batch that completed as ``entry`` did: how many times it joins the sequence.
-
-    Refused copies count as copies while the batch is open, not in the sequence after it.
-    """
-    return batch.done.get(entry.call + entry.result, 1)
-
-
-def _uncount(batch: Batch, call: str, count: int) -> None:
-    """``count`` members with this call are no longer copies in flight."""
-    left = batch.members.get(call, 0) - count
-    if left > 0:
-        batch.members[call] = left
-    else:
-        batch.members.pop(call, None)
-
-
-def _holding(state: State, call: str) -> Batch | None:
-    """The latest unsettled batch with copies of ``call`` in flight."""
-    for batch in reversed(state.batches):
-        if call in batch.members:
-            return batch
-    return None
-
-
-def _settle(state: State, batch: Batch, session: Policy, now: float, *, keep_refused: bool = False) -> Entry | None:
-    """End a batch: fold its last-completing result into the sequence. Returns that entry.
-
-    Its refused copies then lengthen the streak (``keep_refused``: the caller does that, after
-    judging the last answer on the copies that were answered).
-    """
-    state.batches.remove(batch)
-    entry = batch.last
-    if entry is not None:
-        _fold(state, entry, _completed_copies(batch, entry), fresh=batch.patient)
-    if not keep_refused:
-        _fold_refused(state, batch)
-    if not state.batches:
-        state.idle_since = now
-    return entry
-
-
-def _fold_refused(state: State, batch: Batch) -> None:
-    """A batch's refused copies of the call that ended the sequence count in its streak: the agent made them."""
-    history = state.history
-    for call, count in batch.refused.items():
-        if history and history[-1].call == call and state.runs:
-            state.runs[0] += count
-    batch.refused.clear()
-
-
-def _expire(state: State, session: Policy, now: float) -> None:
-    for batch in list(state.batches):
-        if now - batch.touched >= MARK_TTL_SECONDS:
-            _settle(state, batch, session, batch.touched + MARK_TTL_SECONDS)
-
-
-def _close_idle_window(state: State, session: Policy, now: float) -> None:
-    """Start a new request window after ``reset_after_seconds`` with nothing going on."""
-    idle_since = state.idle_since
-    if idle_since is not None and now - idle_since >= session.reset_after_seconds:
-        state.blocks = 0
-        state.effects.clear()
+def _assumed(state: State, call: Call, family: Family, cycle: tuple[str, ...]) -> Entry:
+    """The entry a refused call stands for: the result its pattern would have repeated."""
+    if family is Family.RECURRING:
+        _, result, error = recurrences(state, call.loose)
+        return Entry(call.tool, call.loose, result, error, call.acts, call.waits)
+    period = len(cycle) or 1
+    assumed = state.history[-period]
+    return Entry(call.tool, call.loose, assumed.result, assumed.error, call.acts, call.waits)
 
 
 # --- an in-memory detector --------------------------------------------------------------------
@@ -669,7 +430,7 @@ class LoopDetector:
         self._policy = policy
         self._policy_for = policy_for
         self.state = state if state is not None else State()
-        _size(self.state, policy)
+        size(self.state, policy)
 
     @property
     def blocks(self) -> int:
@@ -690,7 +451,7 @@ class LoopDetector:
     ) -> tuple[Ticket | None, Verdict]:
         """See :func:`begin`; ``annotations`` are the tool's MCP annotations, when known."""
         policy = self.rules(tool)
-        call = call_of(tool, arguments, annotations, trusted=policy.trust_annotations)
+        call = call_of(tool, arguments, annotations, trusted=policy.trust_annotations, rules=policy.arguments)
         return begin(self.state, call, policy, self._policy, now)
 
     def finish(self, ticket: Ticket, result: Mapping[str, Any], now: float) -> Verdict:

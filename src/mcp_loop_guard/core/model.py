@@ -29,6 +29,8 @@ class Family(StrEnum):
     """The same call with the same result, again and again."""
     CYCLE = "cycle"
     """A sequence of 2 to N calls repeating with the same results (A-B-A-B)."""
+    RECURRING = "recurring"
+    """The same call with the same result coming back among the agent's recent calls, whatever came between."""
     SAME_ERROR = "same_error"
     """One tool failing with the same error whatever arguments it is given."""
     SAME_RESULT = "same_result"
@@ -80,3 +82,35 @@ class Verdict:
 
 
 ALLOWED = Verdict(Action.ALLOW, "", 0)
+
+
+@dataclass(frozen=True, slots=True)
+class Call:
+    """What the detector sees of a call before it is forwarded."""
+
+    tool: str
+    key: str
+    """16-hex fingerprint of tool and arguments in key form: bursts and side effects compare it."""
+    side_effect: bool = False
+    """The tool is annotated destructive and not idempotent."""
+    read_only: bool = False
+    """The tool is annotated read-only: calling it changes nothing."""
+    acts: bool = False
+    """The call may change things: annotated not read-only, or a write by its name or arguments."""
+    loose: str = ""
+    """16-hex fingerprint in loose form, compared where the result must match too ("": :attr:`key`)."""
+    waits: bool = False
+    """The call waits on purpose (a ``wait`` tool, a ``sleep`` command)."""
+
+    def __post_init__(self) -> None:
+        """A call given one fingerprint compares it everywhere."""
+        if not self.loose:
+            object.__setattr__(self, "loose", self.key)
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    """What the detector sees of an answer: a result's fingerprint, or an error's."""
+
+    key: str
+    error: bool = False

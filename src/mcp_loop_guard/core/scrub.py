@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from functools import cache
 from typing import Any, Final
 
-__all__ = ["PRESETS", "ScrubRules", "parse_path"]
+__all__ = ["PRESETS", "ScrubRules", "dropper", "parse_path"]
 
 _ISO = (
     r"\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}(?::\d{2}(?:[.,]\d+)?)?(?:\s?(?:Z|UTC|GMT|[+-]\d{2}:?\d{2}))?"
@@ -70,7 +70,7 @@ class ScrubRules:
         if not self:
             return result
         text = _text_scrubber(self.presets)
-        drop = _dropper(self.keys)
+        drop = dropper(self.keys)
         scrubbed: dict[str, Any] = dict(result)
         content = result.get("content")
         if isinstance(content, list):
@@ -152,7 +152,7 @@ def _text_scrubber(presets: tuple[str, ...]) -> Callable[[str], str]:
 
 
 @cache
-def _dropper(keys: tuple[str, ...]) -> Transform:
+def dropper(keys: tuple[str, ...]) -> Transform:
     """A function dropping the listed keys and paths from a JSON value (a new value; the input stays)."""
     if not keys:
         return _keep

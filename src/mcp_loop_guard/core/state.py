@@ -9,10 +9,24 @@ calls of one agent apart; state stores keep :meth:`State.dumps`, a compact JSON 
 from __future__ import annotations
 
 import json
+import math
+import re
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-__all__ = ["DIGEST", "Batch", "Entry", "ErrorStreak", "SameResult", "State", "StateFormatError"]
+__all__ = [
+    "DIGEST",
+    "MAX_PACE",
+    "MAX_REFUSED",
+    "MAX_WINDOW",
+    "TOKEN",
+    "Batch",
+    "Entry",
+    "ErrorStreak",
+    "SameResult",
+    "State",
+    "StateFormatError",
+]
 
 DIGEST: Final = 16
 """Hex digits of a fingerprint kept in the state."""
@@ -24,6 +38,15 @@ MAX_MEMBERS: Final = 32
 """Distinct calls counted per open batch; a burst of more distinct calls is not a burst of one."""
 MAX_BATCHES: Final = 8
 """Open batches kept; the oldest is settled when a new one would exceed this."""
+MAX_PACE: Final = 8
+"""Idle gaps remembered to know the agent's rhythm."""
+MAX_WINDOW: Final = 64
+"""Longest window of recent calls a policy may ask for (``recurring_window``)."""
+TOKEN: Final = DIGEST + 8 + 1
+"""Characters of one call in the window: its loose fingerprint, 8 digits of its result's, one of flags."""
+_HEX: Final = re.compile(r"[0-9a-f]*")
+MAX_REFUSED: Final = 8
+"""Refused calls remembered per request window, to let each through once in the next."""
 
 
 class StateFormatError(ValueError):
@@ -36,13 +59,20 @@ class Entry:
 
     tool: str
     call: str
+    """The call's loose fingerprint (:mod:`mcp_loop_guard.core.arguments`): variants of one call share it."""
     result: str
     error: bool = False
     acts: bool = False
-    """The tool is annotated as not read-only: the same acknowledgment for each item is expected."""
+    """The call may change things (annotated so, or a write by its name or arguments)."""
+    waits: bool = False
+    """The call waits on purpose (a ``wait`` tool, a ``sleep`` command)."""
+    held: bool = False
+    """A patient repeat (see :mod:`mcp_loop_guard.core.patience`): it does not lengthen a streak."""
+    gap: float = 0.0
+    """Seconds the agent had been idle when the call began (0 when other calls were in flight)."""
 
     def same(self, other: Entry) -> bool:
-        """Same call (tool and arguments) with the same result."""
+        """Same call (tool and arguments, up to trivial variants) with the same result."""
         return self.call == other.call and self.result == other.result
 
 
@@ -79,17 +109,21 @@ class Batch:
     touched: float = 0.0
     """Last begin or end of a member; a batch untouched for too long was left by a dead process."""
     members: dict[str, int] = field(default_factory=dict)
-    """Call fingerprint -> members begun with it (refused ones included)."""
+    """Call key -> members begun with it (refused ones included); bursts compare keys, not loose forms."""
     done: dict[str, int] = field(default_factory=dict)
-    """Call + result fingerprints -> members completed with that result."""
+    """Call key + result fingerprints -> members completed with that result."""
     last: Entry | None = None
     """The last-completing visible result: what the batch adds to the sequence."""
     gap: float = 0.0
     """Seconds the agent had been idle when the batch began (0 when other calls were in flight)."""
-    patient: bool = False
-    """Begun after a patient wait (``poll_seconds``): its call's repetitions start over."""
+    held: bool = False
+    """Begun as a patient repeat: its call's repetitions do not lengthen the streak."""
     refused: dict[str, int] = field(default_factory=dict)
     """Call fingerprint -> members refused: they lengthen the call's streak once the batch ends."""
+    last_done: str = ""
+    """The ``done`` key of :attr:`last`: how many members completed as it did."""
+    failed: dict[str, int] = field(default_factory=dict)
+    """Tool + error fingerprint -> members that failed so: each counts toward the same-error streak."""
 
 
 @dataclass(slots=True)
@@ -103,8 +137,15 @@ class State:
     same: SameResult | None = None
     effects: dict[str, tuple[str, int]] = field(default_factory=dict)
     """Side-effect call fingerprint -> (tool, times called) since the world last changed by other means."""
-    gap: float = 0.0
-    """Seconds the agent waited before its last sequential call (0: unknown), to tell a backoff."""
+    pace: list[float] = field(default_factory=list)
+    """The agent's last idle gaps before a call, oldest first: its own rhythm, to tell a deliberate wait."""
+    window: str = ""
+    """The last calls as fixed-width tokens, oldest first (call, result, flags: see
+    :mod:`mcp_loop_guard.core.sequence`), for repeats with other calls between."""
+    refused: list[str] = field(default_factory=list)
+    """Loose fingerprints of calls refused in the current request window."""
+    probes: list[str] = field(default_factory=list)
+    """Calls refused in an earlier window, each let through once in this one to see whether the world changed."""
     blocks: int = 0
     """Refusals in the current request window."""
     idle_since: float | None = None
@@ -165,8 +206,14 @@ class State:
             wire["s"] = [s.tool, s.result, s.count, s.last_call, s.distinct]
         if self.effects:
             wire["x"] = {key: [tool, count] for key, (tool, count) in self.effects.items()}
-        if self.gap:
-            wire["g"] = self.gap
+        if self.pace:
+            wire["p"] = self.pace
+        if self.window:
+            wire["w"] = self.window
+        if self.refused:
+            wire["f"] = self.refused
+        if self.probes:
+            wire["o"] = self.probes
         if self.blocks:
             wire["b"] = self.blocks
         if self.idle_since is not None:
@@ -190,7 +237,10 @@ class State:
             error=ErrorStreak(str(error[0]), str(error[1]), int(error[2])) if error else None,
             same=SameResult(str(same[0]), str(same[1]), int(same[2]), str(same[3]), int(same[4])) if same else None,
             effects={str(k): (str(v[0]), int(v[1])) for k, v in wire.get("x", {}).items()},
-            gap=float(wire.get("g", 0.0)),
+            pace=[_seconds(gap) for gap in _list(wire.get("p", []))[-MAX_PACE:]],
+            window=_window(wire.get("w", "")),
+            refused=[str(key) for key in _list(wire.get("f", []))[-MAX_REFUSED:]],
+            probes=[str(key) for key in _list(wire.get("o", []))[-MAX_REFUSED:]],
             blocks=int(wire.get("b", 0)),
             idle_since=float(wire["i"]) if "i" in wire else None,
             batches=[_read_batch(b) for b in wire.get("B", [])],
@@ -201,12 +251,41 @@ class State:
 
 
 def _entry(entry: Entry) -> list[Any]:
-    return [entry.tool, entry.call, entry.result, int(entry.error) | (2 if entry.acts else 0)]
+    flags = int(entry.error) | (2 if entry.acts else 0) | (4 if entry.waits else 0) | (8 if entry.held else 0)
+    wire: list[Any] = [entry.tool, entry.call, entry.result, flags]
+    if entry.gap:
+        wire.append(entry.gap)
+    return wire
 
 
 def _read_entry(wire: list[Any]) -> Entry:
     flags = int(wire[3])
-    return Entry(str(wire[0]), str(wire[1]), str(wire[2]), bool(flags & 1), bool(flags & 2))
+    gap = _seconds(wire[4]) if len(wire) > 4 else 0.0  # absent from states written by earlier versions
+    error, acts, waits, held = (bool(flags & bit) for bit in (1, 2, 4, 8))
+    return Entry(str(wire[0]), str(wire[1]), str(wire[2]), error, acts, waits, held, gap)
+
+
+def _seconds(value: object) -> float:
+    seconds = float(value)  # type: ignore[arg-type]
+    if not math.isfinite(seconds):
+        msg = f"not a number of seconds: {value!r}"
+        raise ValueError(msg)
+    return seconds
+
+
+def _window(value: object) -> str:
+    """A stored window: whole tokens of hex digits, at most :data:`MAX_WINDOW` of them."""
+    if not isinstance(value, str) or len(value) % TOKEN or not _HEX.fullmatch(value):
+        msg = "not a window of calls"
+        raise ValueError(msg)
+    return value[-MAX_WINDOW * TOKEN :]
+
+
+def _list(value: object) -> list[Any]:
+    if not isinstance(value, list):
+        msg = f"expected a list, got {type(value).__name__}"
+        raise TypeError(msg)
+    return value
 
 
 def _batch(batch: Batch) -> list[Any]:
@@ -219,14 +298,18 @@ def _batch(batch: Batch) -> list[Any]:
         batch.done,
         _entry(batch.last) if batch.last is not None else None,
         batch.gap,
-        int(batch.patient),
+        int(batch.held),
         batch.refused,
+        batch.last_done,
+        batch.failed,
     ]
 
 
 def _read_batch(wire: list[Any]) -> Batch:
-    ident, live, closed, touched, members, done, last, gap, patient = wire[:9]
+    ident, live, closed, touched, members, done, last, gap, held = wire[:9]
     refused = wire[9] if len(wire) > 9 else {}  # absent from states written by earlier versions
+    last_done = str(wire[10]) if len(wire) > 10 else (last[1] + last[2] if last else "")
+    failed = wire[11] if len(wire) > 11 else {}
     return Batch(
         id=int(ident),
         live=int(live),
@@ -236,6 +319,8 @@ def _read_batch(wire: list[Any]) -> Batch:
         done={str(k): int(v) for k, v in done.items()},
         last=_read_entry(last) if last else None,
         gap=float(gap),
-        patient=bool(patient),
+        held=bool(held),
         refused={str(k): int(v) for k, v in refused.items()},
+        last_done=last_done,
+        failed={str(k): int(v) for k, v in failed.items()},
     )

@@ -29,7 +29,7 @@ def _when(count: int, block: int, noun: str, nouns: str) -> str:
     return f" {nouns[0].upper()}{nouns[1:]} will be refused from call #{block}."
 
 
-def warning(family: Family, tool: str, count: int, block: int, cycle: Sequence[str] = ()) -> str:
+def warning(family: Family, tool: str, count: int, block: int, cycle: Sequence[str] = ()) -> str:  # noqa: PLR0911 - a text per family
     """The note appended to a real result once a pattern reaches its warning threshold."""
     if family is Family.CYCLE:
         return (
@@ -37,10 +37,17 @@ def warning(family: Family, tool: str, count: int, block: int, cycle: Sequence[s
             f"times with the same results each time, so it is not making progress."
             f"{_when(count, block, 'repetition of the cycle', 'repetitions of the cycle')} Break the cycle. {INSTEAD}"
         )
+    if family is Family.RECURRING:
+        return (
+            f"Loop guard warning: `{tool}` has now been called {count} times with the same arguments among your "
+            f"recent calls, with other calls in between, and returned the same result each time, so repeating it "
+            f"is not making progress.{_when(count, block, 'identical call', 'identical calls')} Use the answer you "
+            f"already have. {INSTEAD}"
+        )
     if family is Family.SAME_ERROR:
         return (
-            f"Loop guard warning: `{tool}` has now failed {count} times in a row with the same error, with "
-            f"different arguments each time. Rewording the arguments is not fixing it: read the error, check "
+            f"Loop guard warning: `{tool}` has now failed {count} times with the same error, with different "
+            f"arguments or other calls between. Rewording the arguments is not fixing it: read the error, check "
             f"its cause (permissions, paths, credentials, the tool's purpose), or use another approach."
             f"{_when(count, block, 'call to this tool', 'calls to this tool')}"
         )
@@ -70,7 +77,7 @@ def warning(family: Family, tool: str, count: int, block: int, cycle: Sequence[s
     )
 
 
-def refusal(family: Family, tool: str, count: int, cycle: Sequence[str] = ()) -> str:
+def refusal(family: Family, tool: str, count: int, cycle: Sequence[str] = ()) -> str:  # noqa: PLR0911 - a text per family
     """The text of an ``isError`` result standing in for a refused call."""
     if family is Family.CYCLE:
         return (
@@ -78,11 +85,17 @@ def refusal(family: Family, tool: str, count: int, cycle: Sequence[str] = ()) ->
             f"({_tools(cycle)}) for the {_nth(count)} time, and every repetition returned the same results, so it "
             f"was not run. Do not continue the cycle: {INSTEAD}"
         )
+    if family is Family.RECURRING:
+        return (
+            f"Refused by the loop guard: this would be call #{count} to `{tool}` with the same arguments among "
+            f"your recent calls; the last {count - 1} all returned the same result, whatever you did in between, "
+            f"so this call was not run. Use the answer you already have. {INSTEAD}"
+        )
     if family is Family.SAME_ERROR:
         return (
-            f"Refused by the loop guard: `{tool}` failed {count - 1} times in a row with the same error whatever "
-            "the arguments, so further calls to it are refused until you call another tool or its result "
-            "changes. Read the error and address its cause, or use another approach."
+            f"Refused by the loop guard: `{tool}` failed {count - 1} times with the same error whatever "
+            "the arguments, so calling it again right away is refused. Read the error and address its cause "
+            "(check what it depends on, change something), or use another approach."
         )
     if family is Family.SAME_RESULT:
         return (
@@ -103,7 +116,8 @@ def refusal(family: Family, tool: str, count: int, cycle: Sequence[str] = ()) ->
         )
     return (
         f"Refused by the loop guard: this is identical call #{count} to `{tool}`. The last {count - 1} identical "
-        "calls (same tool, same arguments) all returned the same result, so this call was not run. Do not "
+        "calls (same tool, same arguments, up to ids, spacing and other trivial differences) all returned the "
+        "same result, so this call was not run. Do not "
         "repeat it: change the tool, the arguments or your approach, or give your final answer with what you "
         "have."
     )

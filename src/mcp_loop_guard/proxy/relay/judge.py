@@ -138,7 +138,7 @@ class Judge:
         """
         policy = self.policies(server, upstream_tool)
         arguments_map = arguments if isinstance(arguments, dict | Mapping) else None
-        call = call_of(tool, arguments_map, annotations, trusted=policy.trust_annotations)
+        call = call_of(tool, arguments_map, annotations, trusted=policy.trust_annotations, rules=policy.arguments)
         now = self.clock()
         self.agent.begun += 1
         seq = self.agent.begun
@@ -248,7 +248,14 @@ class Judge:
             if answer is not None:
                 line.update(answer)
         else:
-            line["call"] = pending.call.key
+            call = pending.call
+            line["call"] = call.key
+            if call.loose != call.key:
+                line["loose"] = call.loose
+            if call.waits:
+                line["waits"] = True
+            if call.acts:
+                line["writes"] = True
             if outcome is not None:
                 line["outcome"] = outcome
                 error = (answer or {}).get("error")

@@ -1,0 +1,121 @@
+"""What a call shows of the agent's intent, read from its tool's name, arguments and annotations.
+
+Two things change how repeats are judged. A **wait** (a ``wait`` or ``sleep`` tool, a shell
+command that sleeps) between two identical polls is the agent being patient, not looping. A
+**write** acknowledged the same way as the one before ("OK", "No results", "1 row
+affected") is new work, not the same result again; and after a successful new write, the
+world a repeated read looks at may have changed.
+
+Annotations win where a server gives them (``readOnlyHint``). Without them, a shell command that
+writes files (``echo ... > f``, ``sed -i``, ``git commit``), then an argument that names the
+operation (``{"command": "str_replace"}`` against ``{"command": "view"}``),
+then the tool's name (``insert_row``, ``sendEmail``, ``git_commit``), then an argument that
+holds an SQL statement changing data or schema.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from functools import lru_cache
+from typing import Any, Final
+
+__all__ = ["WAIT_WORDS", "WRITE_WORDS", "name_words", "waits", "writes"]
+
+WAIT_WORDS: Final = frozenset({"wait", "sleep", "pause", "delay"})
+"""Words of a tool name that make it a waiting tool (``wait``, ``wait_for_job``, ``browser_wait_for``)."""
+WRITE_WORDS: Final = frozenset(
+    {
+        "add", "alter", "append", "apply", "approve", "archive", "assign", "book", "cancel", "change", "chmod",
+        "chown", "close", "comment", "commit", "create", "delete", "deploy", "disable", "drop", "edit", "enable",
+        "exchange", "grant", "insert", "install", "invite", "kill", "lock", "merge", "mkdir", "modify", "move",
+        "patch", "pay", "post", "publish", "push", "put", "reject", "remove", "rename", "replace", "reply",
+        "reset", "restart", "return", "revoke", "save", "schedule", "send", "set", "start", "stop", "submit",
+        "transfer", "truncate", "unlock", "update", "upload", "upsert", "write",
+    }
+)  # fmt: skip
+"""Words of a tool name, or of an operation argument, that make a call a write."""
+_OPERATION_NAMES: Final = frozenset({"command", "action", "operation", "op", "mode", "method"})
+_SHELL_NAMES: Final = frozenset({"command", "cmd", "script", "code", "commands"})
+_SHELL_WRITE: Final = re.compile(
+    r"(?:^|[^\d<>&|=-])>>?\s*(?!&|/dev/null\b)[\w./~$\"'-]"  # output redirected to a file
+    r"|(?:^|[;&|(`]|\$\()\s*(?:sudo\s+)?(?:"
+    r"rm|mv|cp|mkdir|rmdir|touch|chmod|chown|ln|tee|patch|truncate|install|unzip"
+    r"|sed\s+(?:-\w*\s+)*-i|perl\s+-\w*i"
+    r"|git\s+(?:add|commit|checkout|reset|rm|mv|apply|stash|merge|rebase|cherry-pick|push|restore|switch|revert)"
+    r"|(?:pip3?|uv\s+pip|npm|pnpm|yarn|apt(?:-get)?|brew|cargo|go)\s+(?:install|add|i|ci|remove|uninstall)"
+    r")\b",
+    re.M,
+)
+"""A shell command that changes files: output redirected to one, or a command that writes (``sed -i``,
+``git commit``, ``pip install``...)."""
+_SQL_WRITE: Final = re.compile(
+    r"\s*(?:(?:insert|replace|merge)\s+(?:or\s+\w+\s+)?into|update\s+\S+\s+set|delete\s+from|truncate\b"
+    r"|(?:create|alter|drop)\s+(?:or\s+replace\s+|unique\s+|temp(?:orary)?\s+)*"
+    r"(?:table|index|view|schema|database|sequence|function|trigger|type|extension|role|user)"
+    r"|(?:grant|revoke)\s+\w+.*\bon\b)",
+    re.I | re.S,
+)
+"""An SQL statement that changes data or schema (a search query that starts with "update" is not one)."""
+_SLEEP: Final = re.compile(
+    r"\s*(?:sleep\s+\d+(?:\.\d+)?[smhd]?|start-sleep\b[^;&|]*\d|timeout\s+/t\s+\d+)(?:\s*(?:;|&&|\|\||$))", re.I
+)
+"""A shell command that sleeps first (``sleep 30``, ``sleep 5 && curl ...``)."""
+_PYTHON_SLEEP: Final = re.compile(r"\btime\.sleep\(\s*\d")
+_WORD: Final = re.compile(r"[A-Z]?[a-z]+|[A-Z]+(?![a-z])|\d+")
+_SHORT: Final = 512
+
+
+@lru_cache(maxsize=1024)
+def name_words(tool: str) -> frozenset[str]:
+    """The lower-case words of a tool name: ``wait_for_job``, ``sendEmail``, ``git__push``."""
+    return frozenset(word.lower() for word in _WORD.findall(tool))
+
+
+def waits(tool: str, arguments: Mapping[str, Any] | None) -> bool:
+    """The call waits on purpose: a waiting tool, or a command that sleeps."""
+    if WAIT_WORDS & name_words(tool):
+        return True
+    return any(isinstance(value, str) and len(value) <= _SHORT and _sleeps(value) for value in _values(arguments))
+
+
+def _sleeps(value: str) -> bool:
+    """A command that sleeps first, or Python code sleeping."""
+    if _SLEEP.match(value):
+        return True
+    return "sleep(" in value and _PYTHON_SLEEP.search(value) is not None
+
+
+def writes(tool: str, arguments: Mapping[str, Any] | None, hints: Mapping[str, Any] | None) -> bool:
+    """The call may change things: annotated so, or named or asked as a write when unannotated."""
+    if hints:
+        read_only = hints.get("readOnlyHint")
+        if read_only is not None:
+            return read_only is False
+        if hints.get("destructiveHint") is True:
+            return True
+    for name, value in (arguments or {}).items():
+        if not isinstance(value, str) or not value:
+            continue
+        if name.lower() in _SHELL_NAMES and len(value) <= _SHORT * 8 and _SHELL_WRITE.search(value):
+            return True
+        if name.lower() in _OPERATION_NAMES and len(value) <= _SHORT:
+            return bool(WRITE_WORDS & name_words(value.split(None, 1)[0])) or bool(_SQL_WRITE.match(value))
+    if WRITE_WORDS & name_words(tool):
+        return True
+    values = _values(arguments)
+    return any(isinstance(value, str) and len(value) <= _SHORT * 8 and _SQL_WRITE.match(value) for value in values)
+
+
+def _values(arguments: Mapping[str, Any] | None) -> list[Any]:
+    """Top-level argument values, and the items of top-level lists (a command as an argv list)."""
+    if not arguments:
+        return []
+    found: list[Any] = []
+    for value in arguments.values():
+        if isinstance(value, list):
+            joined = " ".join(item for item in value if isinstance(item, str))
+            found.append(joined)
+        else:
+            found.append(value)
+    return found

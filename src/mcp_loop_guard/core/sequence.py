@@ -1,0 +1,305 @@
+"""The agent's sequence of calls: how one more call, or a whole batch, is folded into the state.
+
+Calls that start before any call of the current batch has completed form a batch (one model
+response asking for several tools). When a batch ends, only its last-completing result joins
+the sequence, counted once per member that completed with the same call and result; each of
+its failures counts toward the same-error streak. A lone call is a batch of one.
+
+The sequence is kept three ways: the last few entries with, per period, how many calls in a
+row equalled the call one period earlier (identical calls and cycles); the window of recent
+calls as short tokens (the same call with the same result, whatever came between); and the
+current streaks of one error and of one result.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+from mcp_loop_guard.core.policy import Policy
+from mcp_loop_guard.core.state import (
+    DIGEST,
+    MAX_BATCHES,
+    MAX_REFUSED,
+    TOKEN,
+    Batch,
+    Entry,
+    ErrorStreak,
+    SameResult,
+    State,
+)
+
+__all__ = [
+    "MARK_TTL_SECONDS",
+    "close_idle_window",
+    "cycle_count",
+    "expire",
+    "find",
+    "fold",
+    "fold_completed",
+    "fold_refused",
+    "holding",
+    "is_cycle",
+    "open_batch",
+    "recurrences",
+    "settle",
+    "size",
+    "uncount",
+]
+
+MARK_TTL_SECONDS: Final = 900.0
+"""A batch with no member begun or ended for this long was left by a process that died mid-call."""
+RESULT: Final = TOKEN - DIGEST - 1
+"""Hex digits of a result kept in a window token: enough to tell one call's results apart."""
+_HELD, _WRITE, _ERROR, _WAIT = 1, 2, 4, 8
+"""Flags of a window token, as one hex digit after the call and result digits."""
+_DIGITS: Final = tuple(f"{flags:x}" for flags in range(16))
+_HELDS: Final = frozenset(d for flags, d in enumerate(_DIGITS) if flags & _HELD)
+_ERRORS: Final = frozenset(d for flags, d in enumerate(_DIGITS) if flags & _ERROR)
+_STOPS: Final = {
+    True: frozenset(d for flags, d in enumerate(_DIGITS) if flags & _WAIT),
+    False: frozenset(d for flags, d in enumerate(_DIGITS) if flags & (_WAIT | _WRITE)),
+}
+"""Flag digits: a held token, an error's, and those a count stops at (through writes, or not)."""
+
+
+def size(state: State, session: Policy) -> None:
+    """Fit what is remembered to the session's longest cycle and window (a new state, or new settings)."""
+    wanted = session.cycle_max_period
+    if len(state.runs) != wanted:
+        state.runs = (state.runs + [0] * wanted)[:wanted]
+        del state.history[:-wanted]
+    if len(state.window) > session.recurring_window * TOKEN:
+        state.window = state.window[-session.recurring_window * TOKEN :]
+
+
+# --- one entry --------------------------------------------------------------------------------
+
+
+def fold(state: State, entry: Entry, copies: int, failures: int | None = None) -> None:
+    """Append one call (completed ``copies`` times identically) to the sequence; move every pattern.
+
+    A held entry (a patient repeat) neither lengthens nor breaks the runs it continues.
+    ``failures``: how many failures it adds to the same-error streak (a batch's every failure).
+    """
+    history, runs = state.history, state.runs
+    call, result, held, known = entry.call, entry.result, entry.held, len(history)
+    for period in range(1, len(runs) + 1):
+        step = copies if period == 1 else 1
+        prior = history[-period] if known >= period else None
+        if prior is not None and prior.call == call and prior.result == result:
+            if not held:
+                runs[period - 1] += step
+        else:
+            runs[period - 1] = step - 1
+    changed = _remember(state, entry)
+    history.append(entry)
+    del history[: -len(runs)]
+    if entry.error:
+        error = state.error
+        count = 0 if entry.held else copies if failures is None else failures
+        if error is not None and error.tool == entry.tool and error.result == entry.result:
+            error.count += count
+        else:
+            state.error = ErrorStreak(entry.tool, entry.result, count)
+        state.same = None
+        return
+    if state.error is not None and (changed or state.error.tool == entry.tool):
+        state.error = None  # the tool works again, or something changed what it depends on
+    same = state.same
+    if entry.acts:  # a write's acknowledgment ("OK", "staged", "sent") is the same for every item, as it should be
+        state.same = None
+        return
+    if same is not None and same.tool == entry.tool and same.result == entry.result:
+        if entry.held:
+            return
+        same.count += copies
+        same.distinct += same.last_call != entry.call
+        same.last_call = entry.call
+    else:
+        state.same = SameResult(entry.tool, entry.result, copies, entry.call, distinct=1)
+
+
+def _remember(state: State, entry: Entry) -> bool:
+    """Add the entry's token to the window. Returns whether the world may have changed for what comes after:
+    a wait, or a write that succeeded and was not seen in the window."""
+    mine = entry.call + entry.result[:RESULT]
+    fresh_write = entry.acts and not entry.error and not _holds(state.window, mine)
+    changed = entry.waits or fresh_write
+    flags = (_HELD * entry.held) | (_WRITE * fresh_write) | (_ERROR * entry.error) | (_WAIT * entry.waits)
+    state.window += mine + _DIGITS[flags]  # :func:`size` trims it to the session's window
+    return changed
+
+
+def _holds(window: str, prefix: str) -> bool:
+    """A token of the window starts with ``prefix``."""
+    position = window.find(prefix)
+    while position >= 0:
+        if position % TOKEN == 0:
+            return True
+        position = window.find(prefix, position + 1)
+    return False
+
+
+def recurrences(state: State, call: str, *, through_writes: bool = False) -> tuple[int, str, bool]:
+    """(count, result, error): the latest result of ``call`` in the window and how many times in a row
+    (other calls between) it came back unchanged, patient repeats not counted; (0, "", False) if absent.
+
+    The count stops at a wait, at an answer of the call that differed (polling that moves on), and,
+    unless ``through_writes``, at a write not seen before (what the call reads may have changed since:
+    the same answer after new edits is worth a warning, not a refusal).
+    """
+    window = state.window
+    position = window.rfind(call)
+    if position < 0:
+        return 0, "", False  # the common case, found at C speed
+    flags = window[TOKEN - 1 :: TOKEN]
+    first = max(flags.rfind(digit) for digit in _STOPS[through_writes]) * TOKEN  # -TOKEN when there is none
+    count, result, error = 0, "", False
+    while position >= max(first, 0):
+        if position % TOKEN == 0:
+            answer, flag = window[position + DIGEST : position + TOKEN - 1], window[position + TOKEN - 1]
+            if not result:
+                result, error = answer, flag in _ERRORS
+            elif answer != result:
+                break
+            count += flag not in _HELDS
+        position = window.rfind(call, 0, position + len(call) - 1)
+    return count, result, error
+
+
+# --- cycles -----------------------------------------------------------------------------------
+
+
+def is_cycle(history: list[Entry], period: int, run: int) -> bool:
+    """A cycle has repeated in full at least once, is made of different calls, and waits nowhere.
+
+    One call repeated with alternating results is polling, not a cycle; nor is a status checked
+    again after each call to a ``wait`` tool.
+    """
+    if run < period:
+        return False
+    last = history[-period:]
+    first = last[0].call
+    return any(entry.call != first for entry in last) and not any(entry.waits for entry in last)
+
+
+def cycle_count(run: int, period: int) -> int:
+    """Occurrences of one position of a cycle: 1 + ceil(run / period) (period 1: the streak)."""
+    return 1 + -(-run // period)
+
+
+# --- batches ----------------------------------------------------------------------------------
+
+
+def find(state: State, ident: int) -> Batch | None:
+    """The open batch with this id, if it is still open."""
+    for batch in state.batches:
+        if batch.id == ident:
+            return batch
+    return None
+
+
+def open_batch(state: State, session: Policy) -> Batch:
+    """A new batch. What earlier batches have completed joins the sequence first."""
+    while len(state.batches) >= MAX_BATCHES:
+        settle(state, state.batches[0], session, state.batches[0].touched)
+    fold_completed(state)
+    batch = Batch(state.next_batch)
+    state.next_batch += 1
+    state.batches.append(batch)
+    return batch
+
+
+def fold_completed(state: State) -> None:
+    """What earlier batches have completed joins the sequence: a call made after another one has
+    completed saw that result, even while a long call of its batch is still running. Its copies
+    still in flight, and refused ones, go on counting as copies."""
+    for earlier in state.batches:
+        entry = earlier.last
+        if entry is None:
+            continue
+        _fold_batch(state, earlier, entry)
+        earlier.held = False  # its patience is spent; later completions continue the streak
+        for done, count in earlier.done.items():
+            uncount(earlier, done[:DIGEST], count)
+        earlier.last = None
+        earlier.done.clear()
+        earlier.failed.clear()
+
+
+def _fold_batch(state: State, batch: Batch, entry: Entry) -> None:
+    """Fold what a batch completed: its last result, its copies, its failures."""
+    copies = batch.done.get(batch.last_done, 1)
+    failures = batch.failed.get(failure_key(entry.tool, entry.result), copies) if entry.error else None
+    entry.held = entry.held or batch.held
+    fold(state, entry, copies, failures)
+
+
+def failure_key(tool: str, result: str) -> str:
+    """A batch's count of one tool's one failure."""
+    return f"{tool}\x00{result}"
+
+
+def uncount(batch: Batch, call: str, count: int) -> None:
+    """``count`` members with this call are no longer copies in flight."""
+    left = batch.members.get(call, 0) - count
+    if left > 0:
+        batch.members[call] = left
+    else:
+        batch.members.pop(call, None)
+
+
+def holding(state: State, call: str) -> Batch | None:
+    """The latest unsettled batch with copies of ``call`` in flight."""
+    for batch in reversed(state.batches):
+        if call in batch.members:
+            return batch
+    return None
+
+
+def settle(state: State, batch: Batch, session: Policy, now: float, *, keep_refused: bool = False) -> Entry | None:
+    """End a batch: fold its last-completing result into the sequence. Returns that entry.
+
+    Its refused copies then lengthen the streak (``keep_refused``: the caller does that, after
+    judging the last answer on the copies that were answered).
+    """
+    state.batches.remove(batch)
+    entry = batch.last
+    if entry is not None:
+        _fold_batch(state, batch, entry)
+    if not keep_refused:
+        fold_refused(state, batch)
+    if not state.batches:
+        state.idle_since = now
+    del session  # the session's rules do not change how a batch ends
+    return entry
+
+
+def fold_refused(state: State, batch: Batch) -> None:
+    """A batch's refused copies of the call that ended the sequence count in its streak: the agent made them."""
+    history = state.history
+    for call, count in batch.refused.items():
+        if history and state.runs and history[-1].call == call:
+            state.runs[0] += count
+    batch.refused.clear()
+
+
+def expire(state: State, session: Policy, now: float) -> None:
+    """Settle batches left by a process that died mid-call."""
+    for batch in list(state.batches):
+        if now - batch.touched >= MARK_TTL_SECONDS:
+            settle(state, batch, session, batch.touched + MARK_TTL_SECONDS)
+
+
+def close_idle_window(state: State, session: Policy, now: float) -> None:
+    """Start a new request window after ``reset_after_seconds`` with nothing going on.
+
+    Refusals start over, side effects are forgotten, and each call refused in the window that
+    ends may go through once more: the world may have changed since (the user's next request).
+    """
+    idle_since = state.idle_since
+    if idle_since is not None and now - idle_since >= session.reset_after_seconds:
+        state.blocks = 0
+        state.effects.clear()
+        state.probes = state.refused[-MAX_REFUSED:]
+        state.refused = []

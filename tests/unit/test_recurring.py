@@ -1,0 +1,162 @@
+"""Repeats with other calls between, long cycles, failures in batches, and acknowledgments of writes."""
+
+from __future__ import annotations
+
+import pytest
+
+from mcp_loop_guard.core import Family, Policy
+from mcp_loop_guard.core.detector import outcome_of
+from tests.unit.timed import ALLOW, BLOCK, WARN, Timed, actions, first, text
+
+EDIT = ("edit_file", {"path": "app.py", "old": "retrun x", "new": "return x"}, text("old text not found", error=True))
+
+
+def test_the_same_failing_edit_between_reads_of_other_files_is_refused_at_its_fifth_try() -> None:
+    """edit (fails), read a, edit (fails), read b...: no cycle, no streak, but the same call recurring unchanged."""
+    agent = Timed()
+    verdicts = []
+    for i in range(7):
+        verdicts.append(agent.call(*EDIT))
+        agent.call("read_file", {"path": f"other{i}.py"}, text(f"contents {i}"))
+    assert actions(verdicts[:4]) == [ALLOW, ALLOW, WARN, WARN]
+    assert verdicts[4].action is BLOCK
+    assert verdicts[4].family is Family.RECURRING
+    assert verdicts[2].family is Family.RECURRING
+
+
+def test_an_identical_failing_booking_between_differently_worded_notes_is_refused() -> None:
+    """book (fails), think (a new note), book (fails)...: the notes change nothing the booking depends on."""
+    agent = Timed()
+    full = text("Error: flight HAT030 is full on 2024-05-13")
+    verdicts = []
+    for i in range(6):
+        verdicts.append(agent.call("book_reservation", {"flight": "HAT030", "date": "2024-05-13"}, full))
+        agent.call("think", {"thought": f"maybe another try works ({i})"}, text(""))
+    assert first(verdicts, BLOCK) == 5
+
+
+def test_a_new_write_between_lets_the_repeat_run_again() -> None:
+    """Tests run after each different edit, failing the same way: warned once the runs repeat, never refused."""
+    agent = Timed()
+    failing = text("FAILED test_total: expected 10, got 9", error=True)
+    verdicts = []
+    for i in range(8):
+        agent.call("write_file", {"path": "total.py", "content": f"attempt {i}"}, text("Successfully wrote total.py"))
+        verdicts.append(agent.call("run_tests", {}, failing))
+    assert BLOCK not in actions(verdicts)
+
+
+def test_a_wait_between_lets_the_repeat_run_again() -> None:
+    """A status checked again after a wait is polling, not a recurring call."""
+    agent = Timed()
+    verdicts = []
+    for _ in range(8):
+        verdicts.append(agent.call("job_status", {"job": 1}, text("running")))
+        agent.call("read_file", {"path": "notes.md"}, text("notes"))
+        agent.call("wait", {"seconds": 20}, text("waited"))
+    assert set(actions(verdicts)) == {ALLOW}
+
+
+def test_the_window_forgets_calls_older_than_its_length() -> None:
+    """Four occurrences spread over more than the window's calls are never refused as recurring."""
+    agent = Timed(Policy(recurring_window=8))
+    verdicts = []
+    for round_ in range(6):
+        verdicts.append(agent.call("git_status", {}, text("nothing to commit")))
+        for i in range(8):
+            agent.call("read_file", {"path": f"f{round_}-{i}"}, text(f"{round_} {i}"))
+    assert set(actions(verdicts)) == {ALLOW}
+
+
+@pytest.mark.parametrize("period", [5, 6, 7, 8])
+def test_cycles_of_period_five_to_eight_are_refused_by_default(period: int) -> None:
+    """A cycle of `period` different calls, the same answers each round: refused at its 5th round."""
+    agent = Timed(Policy(recurring_warn_threshold=0, recurring_block_threshold=0))
+    steps = [(f"step_{i}", {"i": i}, text(f"answer {i}")) for i in range(period)]
+    verdicts = [agent.call(*steps[n % period]) for n in range(6 * period)]
+    refused = first(verdicts, BLOCK)
+    assert refused == 4 * period + 1
+    assert verdicts[refused - 1].family is Family.CYCLE
+
+
+def test_every_failure_of_a_batch_counts_toward_the_same_error() -> None:
+    """Nine failures in three batches of three, one tool and one error: refused at the 8th, as in a row."""
+    agent = Timed()
+    denied = text("403 Forbidden", error=True)
+    verdicts = []
+    for batch in range(4):
+        verdicts += agent.batch([("fetch", {"url": f"https://x.dev/{batch}/{i}"}, denied) for i in range(3)])
+    assert first(verdicts, WARN) is not None
+    refused = [v for v in verdicts if v.action is BLOCK]
+    assert refused
+    assert refused[0].family is Family.SAME_ERROR
+    assert agent.reached <= 9
+
+
+def test_the_same_error_between_other_calls_is_warned_but_one_look_elsewhere_earns_another_try() -> None:
+    """Failures of one tool with reads between: warned from the 3rd; refused only when retried right away."""
+    agent = Timed()
+    denied = text("EACCES: permission denied", error=True)
+    verdicts = []
+    for i in range(9):
+        verdicts.append(agent.call("run", {"cmd": f"npm test --attempt={i}"}, denied))
+        agent.call("read_file", {"path": f"log{i}"}, text(f"log {i}"))
+    assert verdicts[2].action is WARN
+    assert verdicts[2].family is Family.SAME_ERROR
+    assert BLOCK not in actions(verdicts)
+    assert agent.call("run", {"cmd": "npm test --again"}, denied).action is WARN
+    assert agent.call("run", {"cmd": "npm test --once-more"}, denied).action is BLOCK
+
+
+def test_a_text_that_says_it_failed_is_a_failure() -> None:
+    """`Error: ...` from a server that sets no isError is judged as an error."""
+    assert outcome_of(text("Error: flight HAT030 not available"), Policy()).error
+    assert outcome_of(text("ERROR:\nParameter `old_str` is required"), Policy()).error
+    assert outcome_of(text("Traceback (most recent call last):\n  File ..."), Policy()).error
+    assert not outcome_of(text("Error handling in Python uses try/except."), Policy()).error
+    assert not outcome_of(text("Errors: 0, warnings: 2"), Policy()).error
+
+
+def test_an_error_echoing_a_variant_or_an_id_is_the_same_error() -> None:
+    """Failures that differ only in spacing or a fresh request id are one failure; different causes stay apart."""
+    policy = Policy()
+    one = outcome_of(text("No match for `a  b` (request 3f2a9c1e-77aa-4b1c-9d2e-0123456789ab)", error=True), policy)
+    two = outcome_of(text("No match for `a b` (request 0c1d2e3f-0000-4b1c-9d2e-abcdefabcdef)", error=True), policy)
+    other = outcome_of(text("No match for `c d` (request 0c1d2e3f-0000-4b1c-9d2e-abcdefabcdef)", error=True), policy)
+    assert one.key == two.key
+    assert one.key != other.key
+
+
+@pytest.mark.parametrize(
+    ("tool", "arguments"),
+    [
+        ("execute_sql", {"sql": "INSERT INTO orders VALUES ({i}, 'x')"}),
+        ("execute_sql", {"sql": "CREATE TABLE t{i} (id INTEGER)"}),
+        ("execute_sql", {"sql": "ALTER TABLE orders ADD COLUMN c{i} TEXT"}),
+        ("set_key", {"key": "k{i}", "value": "v"}),
+        ("bash", {"command": "echo 'line {i}' >> notes.txt"}),
+        ("bash", {"command": "sed -i 's/a{i}/b/' app.py"}),
+        ("str_replace_editor", {"command": "str_replace", "path": "a.py", "old_str": "x{i}", "new_str": "y"}),
+    ],
+)
+def test_different_writes_acknowledged_alike_are_not_the_same_result(tool: str, arguments: dict[str, str]) -> None:
+    """Different writes answered `OK` (or nothing) on a server without annotations: no same-result warning."""
+    agent = Timed()
+    verdicts = [agent.call(tool, {k: v.format(i=i) for k, v in arguments.items()}, text("OK")) for i in range(8)]
+    assert set(actions(verdicts)) == {ALLOW}
+
+
+def test_different_reads_answered_alike_still_earn_the_same_result_warning() -> None:
+    """Reworded searches all answered `No results`: warned from the 4th."""
+    agent = Timed()
+    verdicts = [agent.call("search_issues", {"q": f"crash on login v{i}"}, text("No results")) for i in range(5)]
+    assert verdicts[3].action is WARN
+    assert verdicts[3].family is Family.SAME_RESULT
+
+
+def test_annotations_win_over_the_name() -> None:
+    """`update_view` annotated read-only is a read: its alike answers to different arguments earn the warning."""
+    agent = Timed()
+    read_only = {"readOnlyHint": True}
+    verdicts = [agent.call("update_view", {"id": i}, text("nothing to show"), annotations=read_only) for i in range(5)]
+    assert verdicts[3].action is WARN
