@@ -207,6 +207,13 @@ def _replay(args_list: list[str]) -> int:
     )
     parser.add_argument("--config", metavar="FILE", help="an mcpServers JSON file: its loopGuard sections apply")
     parser.add_argument("--json", action="store_true", help="one JSON object per input line instead of a timeline")
+    parser.add_argument(
+        "--spacing",
+        type=_seconds,
+        default=1.0,
+        metavar="SECONDS",
+        help="seconds between lines that record no time (`at`), plus their `wait` (default: 1)",
+    )
     _add_setting_flags(parser, fields)
     parser.add_argument("files", nargs="+", metavar="FILE")
     args = parser.parse_args(args_list)
@@ -220,10 +227,32 @@ def _replay(args_list: list[str]) -> int:
     try:
         servers = decided.config.servers
         only = servers[0].name if len(servers) == 1 else ""
-        return run(args.files, decided.policies, as_lines=args.json, server=only)
+        return run(args.files, decided.policies, as_lines=args.json, server=only, spacing=args.spacing)
     except TraceError as exc:
         print(f"mcp-loop-guard: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
+    except BrokenPipeError:  # `replay ... | head`: the reader has what it wanted
+        _quiet_closed_stdout()
+        return 0
+
+
+def _seconds(text: str) -> float:
+    """A number of seconds, 0 or more, for a flag."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not value >= 0 or value == float("inf"):
+        msg = f"expected a number of seconds, 0 or more, got {text!r}"
+        raise argparse.ArgumentTypeError(msg)
+    return value
+
+
+def _quiet_closed_stdout() -> None:
+    """Point stdout at /dev/null so that Python's flush at exit does not complain of the closed pipe."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)
 
 
 def _start(args_list: list[str], early: ChildProcess | UpstreamStartError | None) -> int:

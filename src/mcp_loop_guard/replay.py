@@ -1,20 +1,22 @@
 """``mcp-loop-guard replay``: run the detector over recorded traces, with any settings.
 
-A trace is JSON Lines, one line per ``tools/call`` in the order the calls started (the
-format of the event log, ``LOOP_GUARD_EVENT_LOG``). Replay judges each line as the running
-guard would have, with the same settings (flags, environment, ``--config``), so an operator
-can record in shadow mode and see what enforcing, or other thresholds, would have done.
+Replay judges each line of a trace (:mod:`mcp_loop_guard.traces`) as the running guard would
+have, with the same settings (flags, environment, ``--config``), so an operator can record in
+shadow mode and see what enforcing, or other thresholds, would have done. It streams: lines
+are judged and printed as they are read, whatever the trace's length.
+
+A line that records no answer (a call the recording guard refused, or one that ended without
+an answer) is shown as ``unknown`` when replay would have let it through: what the upstream
+would have said cannot be known, so it is not judged as if it had answered.
 """
 
 from __future__ import annotations
 
-import dataclasses
-import json
-import math
 import sys
+from collections import deque
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from itertools import combinations, groupby
+from itertools import combinations
 from pathlib import Path
 from typing import IO, Any
 
@@ -24,38 +26,14 @@ from mcp_loop_guard.core.fingerprint import call_key
 from mcp_loop_guard.core.model import Action, Verdict
 from mcp_loop_guard.core.policy import Policy
 from mcp_loop_guard.core.scrub import PRESETS, ScrubRules
-from mcp_loop_guard.core.state import DIGEST, State
+from mcp_loop_guard.core.state import State
 from mcp_loop_guard.policies import Rules
+from mcp_loop_guard.traces import Line, TraceError, read_trace
 
-__all__ = ["Line", "TraceError", "judge_trace", "read_trace", "suggest_scrub"]
+LOOKAHEAD = 10_000
+"""Lines read ahead at most to find the calls an event log line says were begun before it ended."""
 
-
-class TraceError(ValueError):
-    """A trace line that cannot be read: ``file:line: what is wrong``."""
-
-
-@dataclass(frozen=True, slots=True)
-class Line:
-    """One recorded call, read and checked."""
-
-    number: int
-    session: str
-    tool: str
-    call: str
-    """The call's 16-hex fingerprint (from ``arguments``, or recorded as ``call``)."""
-    arguments: Mapping[str, Any] | None
-    result: Mapping[str, Any] | None
-    outcome: Outcome | None
-    """None: the call ended without an answer (a guard fault, a cancellation)."""
-    batch: object
-    annotations: Mapping[str, Any] | None
-    server: str | None
-    at: float
-    seq: int | None = None
-    """Calls the agent had begun, this one included, when it began (event logs record it)."""
-    begun: int | None = None
-    """Calls the agent had begun when this line was written (at the call's end)."""
-    ended: float | None = None
+__all__ = ["Judged", "ScrubAdvisor", "TraceError", "judge_lines", "judge_trace", "read_trace", "run", "suggest_scrub"]
 
 
 @dataclass
@@ -64,196 +42,197 @@ class Judged:
 
     line: Line
     verdict: str
-    """``allow``, ``warn``, ``block``, ``abort`` or ``closed`` (the session had already been aborted)."""
+    """``allow``, ``warn``, ``block``, ``abort``, ``closed`` (the session had already been aborted) or
+    ``unknown`` (let through, but the trace records no answer to judge)."""
     rule: str | None = None
     count: int = 0
-
-
-def _fail(where: str, number: int, problem: str) -> TraceError:
-    return TraceError(f"{where}:{number}: {problem}")
-
-
-def read_trace(stream: IO[str], where: str) -> Iterator[Line]:
-    """The lines of one trace, checked.
-
-    Raises:
-        TraceError: a line that is not JSON or not of the trace format, with the file and line number.
-    """
-    previous = 0.0
-    for number, text in enumerate(stream, start=1):
-        if not text.strip():
-            continue
-        try:
-            entry = json.loads(text)
-        except ValueError as error:
-            raise _fail(where, number, f"not JSON ({error})") from None
-        if not isinstance(entry, dict):
-            raise _fail(where, number, "expected a JSON object")
-        line = _line(entry, number, previous + 1.0, where)
-        previous = line.at
-        yield line
-
-
-def _line(entry: Mapping[str, Any], number: int, default_at: float, where: str) -> Line:
-    session, tool = entry.get("session"), entry.get("tool")
-    if not isinstance(session, str) or not isinstance(tool, str):
-        raise _fail(where, number, '"session" and "tool" are required strings')
-    arguments = entry.get("arguments", {} if "call" not in entry else None)
-    if arguments is not None and not isinstance(arguments, dict):
-        raise _fail(where, number, '"arguments" must be an object')
-    key = entry.get("call")
-    if arguments is not None:
-        key = call_key(tool, arguments)[:DIGEST]
-    elif not isinstance(key, str):
-        raise _fail(where, number, 'give "arguments" (or "call", a recorded fingerprint)')
-    result, outcome = entry.get("result"), None
-    if result is not None:
-        if not isinstance(result, dict):
-            raise _fail(where, number, '"result" must be an object (a CallToolResult)')
-    elif isinstance(entry.get("error"), dict) and "outcome" not in entry:
-        error = entry["error"]
-        outcome = detector.error_outcome(error.get("code"), error.get("message"))
-    elif isinstance(entry.get("outcome"), str):
-        outcome = Outcome(entry["outcome"], bool(entry.get("isError")))
-    at = entry.get("at", default_at)
-    if not _seconds(at):
-        raise _fail(where, number, '"at" must be a number of seconds')
-    annotations = entry.get("annotations")
-    if annotations is not None and not isinstance(annotations, dict):
-        raise _fail(where, number, '"annotations" must be an object')
-    server = entry.get("server")
-    if server is not None and not isinstance(server, str):
-        raise _fail(where, number, '"server" must be a string')
-    seq, begun, ended = _order(entry, number, where)
-    batch = entry.get("batch")
-    return Line(
-        number, session, tool, key, arguments, result, outcome, batch, annotations, server, at, seq, begun, ended
-    )
-
-
-def _order(entry: Mapping[str, Any], number: int, where: str) -> tuple[int | None, int | None, float | None]:
-    """``seq``, ``begun`` and ``ended``: where the call began among the agent's calls, and when it ended."""
-    seq, begun, ended = entry.get("seq"), entry.get("begun"), entry.get("ended")
-    ordered = isinstance(seq, int) and isinstance(begun, int) and _count(seq) and _count(begun) and begun >= seq
-    if (seq is not None or begun is not None) and not ordered:
-        raise _fail(where, number, '"seq" and "begun" must be counts, given together, with begun >= seq')
-    if ended is not None and not _seconds(ended):
-        raise _fail(where, number, '"ended" must be a number of seconds')
-    return seq, begun, ended
-
-
-def _seconds(value: object) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
-
-
-def _count(value: object) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool) and value >= 1
 
 
 @dataclass
 class _Session:
     state: State = field(default_factory=State)
     closed: bool = False
+    ordered: bool = False
+    """Lines record the order of begins (``seq``, ``begun``): replayed event by event."""
+    waiting: dict[int, Line] = field(default_factory=dict)
+    """Ordered sessions: lines read but not yet begun, by ``seq``."""
+    started: dict[int, tuple[Ticket, Policy]] = field(default_factory=dict)
+    """Ordered sessions: begun calls by line number, waiting for their line to end them."""
+    next_seq: int = 1
+    """Ordered sessions: every call before this ``seq`` has been begun."""
 
 
 def judge_trace(lines: Iterable[Line], policies: Rules, server: str = "") -> list[Judged]:
-    """Judge every line, session by session, as the live guard would.
+    """Every line judged, in file order (see :func:`judge_lines`)."""
+    return list(judge_lines(lines, policies, server))
+
+
+def judge_lines(lines: Iterable[Line], policies: Rules, server: str = "") -> Iterator[Judged]:
+    """Judge every line, session by session, as the live guard would; yield them in file order.
 
     A session whose lines record the order of begins (``seq`` and ``begun``, as the event log
     writes them) is replayed event by event: each call begins when the live guard began it and
-    ends where its line stands. Other traces are judged batch by batch (lines sharing a
-    ``batch`` begun together). ``server``: the route of lines that name none (a config's only server).
+    ends where its line stands (reading ahead as far as the calls then in flight). Other traces
+    are judged batch by batch (lines sharing a ``batch`` begun together). ``server``: the route
+    of lines that name none (a config's only server).
     """
-    sessions: dict[str, _Session] = {}
-    judged: dict[int, Judged] = {}
-    ordered = list(lines)
-    if server:
-        ordered = [line if line.server is not None else dataclasses.replace(line, server=server) for line in ordered]
-    ordered_sessions = {line.session for line in ordered if line.seq is None}
-    in_order = [line for line in ordered if line.session not in ordered_sessions]
-    by_batch = [line for line in ordered if line.session in ordered_sessions]
-
-    def group_key(line: Line) -> tuple[str, object]:
-        return (line.session, line.batch if line.batch is not None else ("alone", line.number))
-
-    for (session_name, _), group in groupby(by_batch, key=group_key):
-        session = sessions.setdefault(session_name, _Session())
-        for line, outcome in _judge_batch(list(group), session, policies):
-            judged[line.number] = outcome
-    for session_name in dict.fromkeys(line.session for line in in_order):
-        session = sessions.setdefault(session_name, _Session())
-        mine = [line for line in in_order if line.session == session_name]
-        for line, outcome in _judge_in_order(mine, session, policies):
-            judged[line.number] = outcome
-    return [judged[line.number] for line in ordered]
+    judge = _Replay(iter(lines), policies, server)
+    yield from judge.run()
 
 
-def _judge_in_order(lines: list[Line], session: _Session, policies: Rules) -> Iterator[tuple[Line, Judged]]:
-    """Begin each call when the live guard did (by ``seq``), end it where its line stands."""
-    to_begin = sorted(lines, key=lambda line: line.seq or 0)
-    started: dict[int, tuple[Ticket, Policy]] = {}
-    next_begin = 0
-    for line in lines:
-        while next_begin < len(to_begin) and (to_begin[next_begin].seq or 0) <= (line.begun or 0):
-            beginning = to_begin[next_begin]
-            next_begin += 1
+class _Replay:
+    """One pass over a trace, with as little read ahead as the order of begins needs."""
+
+    def __init__(self, source: Iterator[Line], policies: Rules, server: str) -> None:
+        self.source = source
+        self.policies = policies
+        self.server = server
+        self.sessions: dict[str, _Session] = {}
+        self.ahead: deque[Line] = deque()
+        self.judged: dict[int, Judged] = {}
+        self.order: deque[int] = deque()
+        """Line numbers read, in file order, not yet yielded."""
+
+    def _read(self) -> Line | None:
+        """The next line of the trace, remembered for the ordering of output."""
+        line = next(self.source, None)
+        if line is None:
+            return None
+        if self.server and line.server is None:
+            line = _with_server(line, self.server)
+        session = self.sessions.get(line.session)
+        if session is None:
+            session = self.sessions[line.session] = _Session(ordered=line.seq is not None)
+        if session.ordered and line.seq is not None:
+            session.waiting[line.seq] = line
+        self.order.append(line.number)
+        return line
+
+    def _next(self) -> Line | None:
+        return self.ahead.popleft() if self.ahead else self._read()
+
+    def run(self) -> Iterator[Judged]:
+        while (line := self._next()) is not None:
+            session = self.sessions[line.session]
+            if session.ordered and line.seq is not None:
+                self._ordered(line, session)
+            else:
+                group = [line]
+                while line.batch is not None:
+                    if not self.ahead and (following := self._read()) is not None:
+                        self.ahead.append(following)
+                    if not self.ahead or (self.ahead[0].session, self.ahead[0].batch) != (line.session, line.batch):
+                        break
+                    group.append(self.ahead.popleft())
+                self._batch(group, session)
+            yield from self._flush()
+        yield from self._flush()
+
+    def _flush(self) -> Iterator[Judged]:
+        while self.order and self.order[0] in self.judged:
+            yield self.judged.pop(self.order.popleft())
+
+    def _ordered(self, line: Line, session: _Session) -> None:
+        """Begin each call when the live guard did (by ``seq``), end this one where its line stands."""
+        wanted = line.begun or 0
+        while not _all_read(session, wanted) and len(self.ahead) < LOOKAHEAD:
+            following = self._read()
+            if following is None:
+                break
+            self.ahead.append(following)
+        session.next_seq = max(session.next_seq, wanted + 1)
+        for seq in sorted(s for s in session.waiting if s <= wanted):
+            beginning = session.waiting.pop(seq)
             if session.closed:
-                yield beginning, Judged(beginning, "closed")
+                self.judged[beginning.number] = Judged(beginning, "closed")
                 continue
-            policy = _policy(beginning, policies)
+            policy = self._policy(beginning)
             ticket, verdict = detector.begin(
-                session.state, _call(beginning, policy), policy, policies.session, beginning.at
+                session.state, _call(beginning, policy), policy, self.policies.session, beginning.at
             )
             if ticket is None:
                 session.closed = verdict.judged is Action.ABORT
-                yield beginning, _judged(beginning, verdict)
+                self.judged[beginning.number] = _judged(beginning, verdict)
             else:
-                started[beginning.number] = (ticket, policy)
-        begun = started.pop(line.number, None)
+                session.started[beginning.number] = (ticket, policy)
+        begun = session.started.pop(line.number, None)
         if begun is not None:
-            yield line, _end(line, begun[0], begun[1], session, policies)
+            self.judged[line.number] = self._end(line, begun[0], begun[1], session)
+        elif line.number not in self.judged:
+            self.judged[line.number] = Judged(line, "closed" if session.closed else "unknown")
+
+    def _batch(self, batch: list[Line], session: _Session) -> None:
+        """Begin every call of a batch, then end them in order: they were in flight together."""
+        begun: list[tuple[Line, Ticket, Policy]] = []
+        for line in batch:
+            if session.closed:
+                self.judged[line.number] = Judged(line, "closed")
+                continue
+            policy = self._policy(line)
+            ticket, verdict = detector.begin(session.state, _call(line, policy), policy, self.policies.session, line.at)
+            if ticket is None:
+                session.closed = verdict.judged is Action.ABORT
+                self.judged[line.number] = _judged(line, verdict)
+                continue
+            begun.append((line, ticket, policy))
+        for line, ticket, policy in begun:
+            self.judged[line.number] = self._end(line, ticket, policy, session)
+
+    def _end(self, line: Line, ticket: Ticket, policy: Policy, session: _Session) -> Judged:
+        """End one begun call with its recorded answer; without one, it is let go and shown as unknown."""
+        now = line.ended if line.ended is not None else line.at
+        outcome = _outcome(line, policy)
+        if outcome is None:
+            detector.abandon(session.state, ticket, self.policies.session, now)
+            return Judged(line, "unknown")
+        return _judged(line, detector.finish(session.state, ticket, outcome, self.policies.session, now))
+
+    def _policy(self, line: Line) -> Policy:
+        if line.server is not None:
+            own = line.tool.removeprefix(f"{line.server}__") if self.policies.prefixed else line.tool
+            return self.policies(line.server, own)
+        return self.policies("", line.tool)
 
 
-def _end(line: Line, ticket: Ticket, policy: Policy, session: _Session, policies: Rules) -> Judged:
-    """End one begun call with its recorded answer (or without one)."""
-    now = line.ended if line.ended is not None else line.at
-    outcome = line.outcome
-    if outcome is None and line.result is not None:
-        outcome = detector.outcome_of(line.result, policy)
-    if outcome is None:
-        detector.abandon(session.state, ticket, policies.session, now)
-        return _judged(line, _shadowed(ticket))
-    return _judged(line, detector.finish(session.state, ticket, outcome, policies.session, now))
+def _all_read(session: _Session, wanted: int) -> bool:
+    """Every call up to ``wanted`` that is still to begin has been read."""
+    return all(seq in session.waiting for seq in range(session.next_seq, wanted + 1))
 
 
-def _judge_batch(batch: list[Line], session: _Session, policies: Rules) -> Iterator[tuple[Line, Judged]]:
-    """Begin every call of a batch, then end them in order: they were in flight together."""
-    begun: list[tuple[Line, Ticket | None, Policy]] = []
-    for line in batch:
-        if session.closed:
-            yield line, Judged(line, "closed")
-            continue
-        policy = _policy(line, policies)
-        call = _call(line, policy)
-        ticket, verdict = detector.begin(session.state, call, policy, policies.session, line.at)
-        if ticket is None and verdict.judged >= Action.BLOCK:
-            session.closed = verdict.judged is Action.ABORT
-            yield line, _judged(line, verdict)
-            continue
-        begun.append((line, ticket, policy))
-        if ticket is None:
-            yield line, _judged(line, verdict)
-    for line, ticket, policy in begun:
-        if ticket is not None:
-            yield line, _end(line, ticket, policy, session, policies)
+def _with_server(line: Line, server: str) -> Line:
+    import dataclasses  # noqa: PLC0415 - only for configs with one server
+
+    return dataclasses.replace(line, server=server)
 
 
-def _shadowed(ticket: Ticket) -> Verdict:
-    """What a call that ended without an answer was judged at its start."""
-    if ticket.owed is None:
-        return Verdict(Action.ALLOW, ticket.tool, 0)
-    family, count, action, text = ticket.owed
-    return Verdict(Action.ALLOW, ticket.tool, count, text, family=family, shadow=action)
+def _outcome(line: Line, policy: Policy) -> Outcome | None:
+    """What answered the call, as the detector sees it; None when the trace does not say."""
+    if line.result is not None:
+        return detector.outcome_of(line.result, policy)
+    if line.error is not None:
+        return detector.error_outcome(line.error.get("code"), line.error.get("message"))
+    if line.outcome is not None:
+        return Outcome(line.outcome, line.is_error)
+    return None
+
+
+def _call(line: Line, policy: Policy) -> Call:
+    """The detector's view of a recorded call: from its arguments under these rules, or as recorded."""
+    if line.arguments is not None:
+        return detector.call_of(
+            line.tool, line.arguments, line.annotations, trusted=policy.trust_annotations, rules=policy.arguments
+        )
+    shaped = detector.call_of(line.tool, None, line.annotations, trusted=policy.trust_annotations)
+    key = line.call or shaped.key
+    return Call(
+        line.tool,
+        key,
+        shaped.side_effect,
+        shaped.read_only,
+        shaped.acts or line.writes,
+        line.loose or key,
+        shaped.waits or line.waits,
+    )
 
 
 def _judged(line: Line, verdict: Verdict) -> Judged:
@@ -266,35 +245,51 @@ def _judged(line: Line, verdict: Verdict) -> Judged:
     )
 
 
-def _policy(line: Line, policies: Rules) -> Policy:
-    if line.server is not None:
-        own = line.tool.removeprefix(f"{line.server}__") if policies.prefixed else line.tool
-        return policies(line.server, own)
-    return policies("", line.tool)
+# --- scrub suggestions ------------------------------------------------------------------------
 
 
-def _call(line: Line, policy: Policy) -> Call:
-    """The detector's view of a recorded call (its fingerprint may be all the trace holds)."""
-    shaped = detector.call_of(line.tool, None, line.annotations, trusted=policy.trust_annotations)
-    return Call(line.tool, line.call, shaped.side_effect, shaped.read_only, shaped.acts)
+class ScrubAdvisor:
+    """Which presets would make repeated calls' results equal where they now differ only in volatile parts.
+
+    Fed one line at a time; remembers the last result of each (session, call) only. A pair of
+    results is first tried with every preset at once (two scrubs), and only a pair that this
+    makes equal is searched for the smallest set of presets that does it.
+    """
+
+    def __init__(self) -> None:
+        """Nothing seen yet."""
+        self.found: set[str] = set()
+        self._last: dict[tuple[str, str], Mapping[str, Any]] = {}
+        self._all = ScrubRules(presets=tuple(PRESETS))
+
+    def feed(self, line: Line) -> None:
+        """One more line."""
+        if line.result is None or len(self.found) == len(PRESETS):
+            return
+        call = call_key(line.tool, line.arguments) if line.arguments is not None else line.call or ""
+        key = (line.session, call)
+        previous = self._last.get(key)
+        self._last[key] = line.result
+        if previous is None or previous == line.result:
+            return
+        if self._all.apply(previous) != self._all.apply(line.result):
+            return
+        self.found.update(_smallest_scrub(previous, line.result))
+
+    def presets(self) -> list[str]:
+        """The presets found, in preset order."""
+        return [name for name in PRESETS if name in self.found]
 
 
-def suggest_scrub(lines: Sequence[Line]) -> list[str]:
+def suggest_scrub(lines: Iterable[Line]) -> list[str]:
     """Presets that would make repeated calls' results equal where they now differ only in volatile parts.
 
     For each such pair, the smallest set of presets that does it; their union, in preset order.
     """
-    found: set[str] = set()
-    last: dict[tuple[str, str], Mapping[str, Any]] = {}
+    advisor = ScrubAdvisor()
     for line in lines:
-        if line.result is None:
-            continue
-        key = (line.session, line.call)
-        previous = last.get(key)
-        last[key] = line.result
-        if previous is not None and previous != line.result:
-            found.update(_smallest_scrub(previous, line.result))
-    return [name for name in PRESETS if name in found]
+        advisor.feed(line)
+    return advisor.presets()
 
 
 def _smallest_scrub(first: Mapping[str, Any], second: Mapping[str, Any]) -> tuple[str, ...]:
@@ -305,18 +300,20 @@ def _smallest_scrub(first: Mapping[str, Any], second: Mapping[str, Any]) -> tupl
     return ()
 
 
-def print_timeline(judged: Sequence[Judged], out: IO[str], where: str) -> None:
-    """One line per call: number, session, tool, verdict and rule, aligned for reading."""
-    width = max((len(item.line.tool) for item in judged), default=4)
-    print(f"{where}: {len(judged)} calls", file=out)
-    for item in judged:
-        note = f"  {item.rule} #{item.count}" if item.rule else ""
-        where_in = f"{item.line.number:>5}  {item.line.session[:24]:<24}"
-        print(f"  {where_in}  {item.line.tool:<{width}}  {item.verdict:<6}{note}", file=out)
+# --- the command ------------------------------------------------------------------------------
+
+
+def timeline_line(item: Judged, width: int) -> str:
+    """One aligned line of the timeline: number, session, tool, verdict and rule."""
+    note = f"  {item.rule} #{item.count}" if item.rule else ""
+    where_in = f"{item.line.number:>5}  {item.line.session[:24]:<24}"
+    return f"  {where_in}  {item.line.tool:<{width}}  {item.verdict:<7}{note}"
 
 
 def as_json(item: Judged) -> str:
     """The ``--json`` form of one judged line."""
+    import json  # noqa: PLC0415 - the timeline form needs none
+
     body: dict[str, Any] = {
         "line": item.line.number,
         "session": item.line.session,
@@ -329,39 +326,63 @@ def as_json(item: Judged) -> str:
     return json.dumps(body)
 
 
-def run(paths: Sequence[str], policies: Rules, *, as_lines: bool, server: str = "", out: IO[str] = sys.stdout) -> int:
-    """Replay every file (``-`` for stdin); 0 when all were read, 2 with the first unreadable line.
+def run(
+    paths: Sequence[str],
+    policies: Rules,
+    *,
+    as_lines: bool,
+    server: str = "",
+    spacing: float = 1.0,
+    out: IO[str] = sys.stdout,
+) -> int:
+    """Replay every file (``-`` for stdin), streaming; 0 when all were read.
 
-    ``server``: the route of lines that name no server (the config's only server).
+    ``server``: the route of lines that name no server (the config's only server); ``spacing``:
+    seconds between lines that record no time.
 
     Raises:
         TraceError: a line that cannot be read.
     """
     for path in paths:
         where = "<stdin>" if path == "-" else path
-        if path == "-":
-            lines = list(read_trace(sys.stdin, where))
-        else:
-            try:
-                with Path(path).open(encoding="utf-8") as stream:
-                    lines = list(read_trace(stream, where))
-            except OSError as error:
-                raise TraceError(f"{where}: cannot read it: {error.strerror or error}") from None
-            except UnicodeDecodeError:
-                raise TraceError(f"{where}: not UTF-8 text") from None
-        judged = judge_trace(lines, policies, server)
-        if as_lines:
-            for item in judged:
-                print(as_json(item), file=out)
-        else:
-            print_timeline(judged, out, where)
-        have = policies.session.scrub.presets
-        wanted = suggest_scrub(lines)
-        if any(name not in have for name in wanted):
-            presets = [name for name in PRESETS if name in have or name in wanted]  # what to set, all of it
-            print(
-                f"{where}: some repeated calls got results that differ only in volatile parts; "
-                f"LOOP_GUARD_SCRUB={','.join(presets)} would count them as the same result",
-                file=sys.stderr,
-            )
+        try:
+            stream = sys.stdin if path == "-" else Path(path).open(encoding="utf-8")  # noqa: SIM115 - closed below
+        except OSError as error:
+            raise TraceError(f"{where}: cannot read it: {error.strerror or error}") from None
+        try:
+            _replay_one(stream, where, policies, as_lines=as_lines, server=server, spacing=spacing, out=out)
+        except UnicodeDecodeError:
+            raise TraceError(f"{where}: not UTF-8 text") from None
+        finally:
+            if stream is not sys.stdin:
+                stream.close()
     return 0
+
+
+def _replay_one(
+    stream: IO[str], where: str, policies: Rules, *, as_lines: bool, server: str, spacing: float, out: IO[str]
+) -> None:
+    advisor = ScrubAdvisor()
+    calls = 0
+
+    def fed(lines: Iterator[Line]) -> Iterator[Line]:
+        for line in lines:
+            advisor.feed(line)
+            yield line
+
+    if not as_lines:
+        print(f"{where}:", file=out)
+    for item in judge_lines(fed(read_trace(stream, where, spacing=spacing)), policies, server):
+        calls += 1
+        print(as_json(item) if as_lines else timeline_line(item, 24), file=out)
+    if not as_lines:
+        print(f"{where}: {calls} calls", file=out)
+    have = policies.session.scrub.presets
+    wanted = advisor.presets()
+    if any(name not in have for name in wanted):
+        presets = [name for name in PRESETS if name in have or name in wanted]  # what to set, all of it
+        print(
+            f"{where}: some repeated calls got results that differ only in volatile parts; "
+            f"LOOP_GUARD_SCRUB={','.join(presets)} would count them as the same result",
+            file=sys.stderr,
+        )

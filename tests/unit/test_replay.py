@@ -6,6 +6,8 @@ import io
 import json
 import subprocess
 import sys
+import tracemalloc
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -15,8 +17,9 @@ from mcp_loop_guard.config import GuardConfig, StdioServer
 from mcp_loop_guard.core import LoopDetector, Policy
 from mcp_loop_guard.core.detector import call_of, outcome_of
 from mcp_loop_guard.plan import plan
-from mcp_loop_guard.replay import TraceError, judge_trace, read_trace, suggest_scrub
+from mcp_loop_guard.replay import TraceError, judge_lines, judge_trace, read_trace, suggest_scrub
 from mcp_loop_guard.settings import FileSettings, load_settings
+from mcp_loop_guard.traces import respace
 
 
 def line(tool: str, arguments: dict[str, Any], text: str, **extra: Any) -> dict[str, Any]:
@@ -252,3 +255,75 @@ def test_replay_takes_budgets_as_the_guard_does() -> None:
     assert done.returncode == 0, done.stderr
     rows = [json.loads(row) for row in done.stdout.splitlines()]
     assert [(row["verdict"], row["rule"]) for row in rows] == [("allow", None), ("allow", None), ("block", "budget")]
+
+
+def test_a_line_without_a_recorded_answer_is_unknown_not_judged() -> None:
+    """An enforce-mode log's refused calls record no result: replay in warn mode lets them through as unknown,
+    and the streak is not advanced by an answer nobody saw."""
+    answered = line("read", {"p": 1}, "same")
+    unanswered = {"session": "s1", "tool": "read", "arguments": {"p": 1}}
+    found = verdicts([answered] * 4 + [unanswered] * 3 + [answered], mode="warn")
+    assert found[4:7] == ["unknown", "unknown", "unknown"]
+    assert found[7] == "warn"
+
+
+def test_spacing_sets_the_time_between_lines_that_record_none() -> None:
+    """`--spacing 200` puts identical calls 200 s apart: past the request window, refusals start over."""
+    text = "".join(json.dumps(line("read", {"p": 1}, "same")) + "\n" for _ in range(8))
+    runs = {}
+    for spacing in ("1", "200"):
+        done = subprocess.run(
+            [sys.executable, "-m", "mcp_loop_guard", "replay", "--json", "--spacing", spacing, "-"],
+            input=text,
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        assert done.returncode == 0, done.stderr
+        runs[spacing] = [json.loads(row)["verdict"] for row in done.stdout.splitlines()]
+    assert runs["1"][-1] == "closed"
+    assert "abort" not in runs["200"]
+    assert runs["200"][4] == "block"
+
+
+def test_a_wait_is_kept_when_a_trace_is_respaced() -> None:
+    """`respace` gives every call the model's thinking time plus the wait the agent took on purpose."""
+    lines = [{**line("poll", {"j": 1}, "running"), "wait": wait} for wait in (0, 1, 2, 4)]
+    stream = io.StringIO("".join(json.dumps(entry) + "\n" for entry in lines))
+    spaced = list(respace(read_trace(stream, "t"), 65.0))
+    assert [entry.at for entry in spaced] == [0.0, 66.0, 133.0, 202.0]
+
+
+def test_respacing_keeps_a_batch_together() -> None:
+    """Calls of one response begin together at any speed."""
+    lines = [line("fetch", {"u": i}, "page", batch=1) for i in range(3)] + [line("read", {"p": 1}, "x")]
+    stream = io.StringIO("".join(json.dumps(entry) + "\n" for entry in lines))
+    assert [entry.at for entry in respace(read_trace(stream, "t"), 15.0)] == [0.0, 0.0, 0.0, 15.0]
+
+
+def test_replay_streams_a_long_trace_in_small_memory() -> None:
+    """20,000 lines are judged one at a time: the lines (about 2 MB as objects) are never all held."""
+    many = 20_000
+
+    def lines() -> Iterator[str]:
+        for i in range(many):
+            yield json.dumps(line("read", {"p": i % 50}, f"r{i % 50}")) + "\n"
+
+    decided = plan(GuardConfig(None, (), FileSettings({})), load_settings(FileSettings({})))
+    tracemalloc.start()
+    count = sum(1 for _ in judge_lines(read_trace(lines(), "t"), decided.policies))
+    peak = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+    assert count == many
+    assert peak < 1_000_000, f"{peak} bytes at the peak"
+
+
+def test_replay_into_a_closed_pipe_ends_quietly(tmp_path: Path) -> None:
+    """`replay big.jsonl | head -1`: no traceback, no complaint of a broken pipe."""
+    trace = tmp_path / "big.jsonl"
+    trace.write_text("".join(json.dumps(line("read", {"p": i}, "x")) + "\n" for i in range(20_000)), encoding="utf-8")
+    command = f"{sys.executable} -m mcp_loop_guard replay {trace} | head -1"
+    done = subprocess.run(["sh", "-c", command], capture_output=True, text=True, check=False)
+    assert done.stdout.startswith(str(trace))
+    assert "Traceback" not in done.stderr
+    assert "Broken pipe" not in done.stderr
