@@ -1,34 +1,56 @@
-"""How well the guard tells loops from work: the labelled corpus replayed under two rule sets.
+"""How well the guard tells loops from work: three labelled corpora, replayed at the speeds real models run.
 
-    python -m benchmarks.detection            # the table, per family
-    python -m benchmarks.detection --traces   # and one line per trace
+    python -m benchmarks.detection              # the summary, per source and per kind of loop
+    python -m benchmarks.detection --traces     # and one line per trace and speed
+    python -m benchmarks.detection --markdown   # the summary as the README's table
 
-(a) "identical only" is the reference design (one rule: same call, same result, 3/5/3);
-(b) "defaults" is the guard as shipped (every family, each trace's own operator settings, i.e.
-scrubbing for the volatile family). A loop is caught when a refusal comes by its ``due`` line
-(for the same-result family, never refused by default, a warning); "wasted" counts the calls
-from the ``due`` line on that still reached the server.
+The corpora:
+
+- **real** (``tests/corpus/real/<source>/``): public runs of agents nobody here wrote, labelled by reading;
+- **hard** (``tests/corpus/hard/``): cases written to break the detector (argument variants, long cycles,
+  interleaved repeats, waiting and backoff that look like loops);
+- **lab** (``tests/corpus/``): the project's first corpus, recorded by scripted agents.
+
+Each trace is judged with the shipped defaults (plus, for a few, the operator settings its label names)
+at its recorded times (traces that record none: 1 s apart), then as a model thinking 1, 15 and 65 s per
+call would have made it (each line's recorded ``wait`` kept on top). A loop **due a refusal** is refused
+in time when a refusal comes by its ``due`` line; a **short loop** is warned in time when a warning (or a
+refusal) comes by its ``warn`` line; a **productive** run is refused by any refusal, and warned with wrong
+advice by any warning on a line its label does not call ``fair``. **Wasted** counts the calls that still
+reached the server from a loop's ``due`` line to its first refusal.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import subprocess
 from collections import defaultdict
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from functools import cache
 from pathlib import Path
 from typing import Any
 
 from mcp_loop_guard.config import GuardConfig
 from mcp_loop_guard.plan import plan
-from mcp_loop_guard.replay import Judged, judge_trace, read_trace
+from mcp_loop_guard.policies import Rules
+from mcp_loop_guard.replay import Judged, judge_trace
 from mcp_loop_guard.settings import FileSettings, load_settings
+from mcp_loop_guard.traces import read_trace, respace
 
-CORPUS = Path(__file__).resolve().parents[1] / "tests" / "corpus"
+ROOT = Path(__file__).resolve().parents[1]
+CORPUS = ROOT / "tests" / "corpus"
+REAL = CORPUS / "real"
+HARD = CORPUS / "hard"
+SPACINGS: tuple[float | None, ...] = (None, 1.0, 15.0, 65.0)
+"""None: the recorded times; otherwise seconds of thinking per call."""
 
 REFERENCE: Mapping[str, Any] = {
     "cycle_max_period": 1,
+    "recurring_warn_threshold": 0,
+    "recurring_block_threshold": 0,
     "same_error_warn_threshold": 0,
     "same_error_block_threshold": 0,
     "same_result_warn_threshold": 0,
@@ -39,11 +61,360 @@ REFERENCE: Mapping[str, Any] = {
 """The reference design: identical calls only."""
 
 REFUSED = frozenset({"block", "abort", "closed"})
+WARNED = frozenset({"warn", "block", "abort"})
+
+
+# --- cases ------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Case:
+    """One labelled trace."""
+
+    corpus: str
+    """``real``, ``hard`` or ``lab``."""
+    source: str
+    """The real corpus's source folder; the corpus's name otherwise."""
+    path: Path
+    loop: bool
+    kind: str
+    """The label's kind (real, hard) or family (lab)."""
+    warn: int | None = None
+    """A short loop: the line by which a warning is due."""
+    due: int | None = None
+    """A loop due a refusal: the line by which it is due."""
+    fair: frozenset[int] = frozenset()
+    """Productive runs: lines where a warning is fair advice."""
+    settings: Mapping[str, Any] = field(default_factory=dict)
+    """``LOOP_GUARD_*`` settings (lower case, no prefix) the label asks for."""
+    config: Mapping[str, Any] = field(default_factory=dict)
+    """A ``loopGuard`` config section the label asks for."""
+
+    @property
+    def name(self) -> str:
+        """``source/file`` for the real corpus, the file's name otherwise."""
+        return f"{self.source}/{self.path.name}" if self.corpus == "real" else self.path.name
+
+
+def real_cases() -> list[Case]:
+    """Every labelled run of the real corpus."""
+    return [case for folder in _folders(REAL) for case in _labelled("real", folder.name, folder)]
+
+
+def hard_cases() -> list[Case]:
+    """Every labelled case of the hard corpus."""
+    return list(_labelled("hard", "hard", HARD)) if (HARD / "labels.json").is_file() else []
+
+
+def lab_cases() -> list[Case]:
+    """The first corpus, whose labels name a family and a due line (for same_result, a warning's)."""
+    cases = []
+    for name, entry in sorted(labels().items()):
+        loop = entry["label"] == "loop"
+        family = entry.get("family") or "productive"
+        due = entry.get("due")
+        warned_only = family == "same_result"
+        cases.append(
+            Case(
+                "lab",
+                "lab",
+                CORPUS / name,
+                loop,
+                family,
+                warn=due if warned_only else None,
+                due=None if warned_only else due,
+                settings=entry.get("settings") or {},
+            )
+        )
+    return cases
+
+
+def labels() -> dict[str, dict[str, Any]]:
+    """The first corpus's labels."""
+    loaded: dict[str, dict[str, Any]] = json.loads((CORPUS / "labels.json").read_text(encoding="utf-8"))
+    return loaded
+
+
+def _folders(root: Path) -> list[Path]:
+    if not root.is_dir():
+        return []
+    return sorted(path for path in root.iterdir() if path.is_dir() and (path / "labels.json").is_file())
+
+
+def _labelled(corpus: str, source: str, folder: Path) -> Iterable[Case]:
+    entries: dict[str, dict[str, Any]] = json.loads((folder / "labels.json").read_text(encoding="utf-8"))
+    for name, entry in sorted(entries.items()):
+        yield Case(
+            corpus,
+            source,
+            folder / name,
+            entry["label"] == "loop",
+            entry["kind"],
+            warn=entry.get("warn"),
+            due=entry.get("due"),
+            fair=frozenset(entry.get("fair") or ()),
+            settings=entry.get("settings") or {},
+            config=entry.get("config") or {},
+        )
+
+
+# --- judging ----------------------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
 class Outcome:
-    """One trace under one rule set."""
+    """One trace at one speed."""
+
+    case: Case
+    spacing: float | None
+    verdicts: Mapping[int, str]
+    """Line number -> verdict."""
+
+    @property
+    def first_refusal(self) -> int | None:
+        """The first refused line."""
+        return min((n for n, v in self.verdicts.items() if v in REFUSED), default=None)
+
+    @property
+    def refused(self) -> bool:
+        """Any call refused."""
+        return self.first_refusal is not None
+
+    @property
+    def refused_in_time(self) -> bool:
+        """A loop due a refusal was refused by its due line."""
+        first = self.first_refusal
+        return self.case.due is not None and first is not None and first <= self.case.due
+
+    @property
+    def warned_in_time(self) -> bool:
+        """A short loop was warned (or refused) by its warn line."""
+        mark = self.case.warn
+        return mark is not None and any(n <= mark and v in WARNED for n, v in self.verdicts.items())
+
+    @property
+    def wrong_advice(self) -> list[int]:
+        """Productive runs: lines warned or refused that the label does not call fair."""
+        return sorted(n for n, v in self.verdicts.items() if v in WARNED and n not in self.case.fair)
+
+    @property
+    def wasted(self) -> int:
+        """Calls from the due line on that reached the server before the first refusal."""
+        due = self.case.due
+        if due is None:
+            return 0
+        first = self.first_refusal
+        return sum(
+            1 for n, v in self.verdicts.items() if n >= due and (first is None or n < first) and v not in REFUSED
+        )
+
+
+@cache
+def _rules(settings: str, config: str) -> Rules:
+    """The policies of the defaults plus a label's settings and config section (JSON texts, to cache on)."""
+    section: dict[str, Any] = json.loads(config)
+    tools = tuple((section.pop("tools") or {}).items()) if "tools" in section else ()
+    file_settings = FileSettings({_snake(key): value for key, value in section.items()})
+    loaded = load_settings(file_settings, **json.loads(settings))
+    return plan(GuardConfig(None, (), file_settings, tools), loaded).policies
+
+
+def _snake(name: str) -> str:
+    return "".join(f"_{ch.lower()}" if ch.isupper() else ch for ch in name)
+
+
+def judge(case: Case, spacing: float | None, overrides: Mapping[str, Any] | None = None) -> Outcome:
+    """One case at one speed, with the defaults, its label's settings and ``overrides``."""
+    settings = {**case.settings, **(overrides or {})}
+    rules = _rules(json.dumps(settings, sort_keys=True), json.dumps(case.config, sort_keys=True))
+    with case.path.open(encoding="utf-8") as stream:
+        lines = read_trace(stream, str(case.path))
+        judged: list[Judged] = judge_trace(lines if spacing is None else respace(lines, spacing), rules)
+    return Outcome(case, spacing, {item.line.number: item.verdict for item in judged})
+
+
+# --- figures ----------------------------------------------------------------------------------
+
+
+@dataclass
+class Tally:
+    """The figures of one group of traces at one speed."""
+
+    due: int = 0
+    refused_in_time: int = 0
+    short: int = 0
+    warned_in_time: int = 0
+    productive: int = 0
+    productive_refused: int = 0
+    wrong_advice: int = 0
+    wasted: int = 0
+
+    def add(self, outcome: Outcome) -> None:
+        """Count one outcome."""
+        case = outcome.case
+        if case.loop and case.due is not None:
+            self.due += 1
+            self.refused_in_time += outcome.refused_in_time
+            self.wasted += outcome.wasted
+        elif case.loop:
+            self.short += 1
+            self.warned_in_time += outcome.warned_in_time
+        else:
+            self.productive += 1
+            self.productive_refused += outcome.refused
+            self.wrong_advice += bool(outcome.wrong_advice)
+
+
+def evaluate_all(
+    cases: Sequence[Case], spacings: Sequence[float | None] = SPACINGS, overrides: Mapping[str, Any] | None = None
+) -> list[Outcome]:
+    """Every case at every speed."""
+    return [judge(case, spacing, overrides) for spacing in spacings for case in cases]
+
+
+def tally(outcomes: Iterable[Outcome], group: str = "corpus") -> dict[tuple[str, float | None], Tally]:
+    """Figures by (group, spacing); ``group`` is a Case attribute (``corpus``, ``source``, ``kind``)."""
+    tallies: dict[tuple[str, float | None], Tally] = defaultdict(Tally)
+    for outcome in outcomes:
+        tallies[(str(getattr(outcome.case, group)), outcome.spacing)].add(outcome)
+    return tallies
+
+
+def _speed(spacing: float | None) -> str:
+    return "recorded" if spacing is None else f"{spacing:g} s"
+
+
+def _share(part: int, whole: int) -> str:
+    return f"{part} of {whole}" if whole else "-"
+
+
+HEADLINE = (
+    ("real", "due", "refused_in_time", "real loops due a refusal, refused in time"),
+    ("real", "short", "warned_in_time", "short real loops, warned in time"),
+    ("real", "productive", "productive_refused", "productive real runs refused"),
+    ("real", "productive", "wrong_advice", "productive real runs warned with wrong advice"),
+    ("real", "due", "wasted", "calls wasted past the due line (real loops)"),
+    ("hard", "due", "refused_in_time", "hard loops refused in time"),
+    ("hard", "short", "warned_in_time", "hard short loops (paraphrased searches) warned in time"),
+    ("hard", "productive", "productive_refused", "productive look-alikes refused"),
+    ("hard", "productive", "wrong_advice", "productive look-alikes warned"),
+    ("lab", "due", "refused_in_time", "lab loops due a refusal, refused in time"),
+    ("lab", "productive", "productive_refused", "lab productive runs refused"),
+    ("lab", "productive", "wrong_advice", "lab productive runs warned"),
+)
+
+
+def headline_rows(outcomes: Sequence[Outcome]) -> list[list[str]]:
+    """The summary table: one row per figure, one column per speed."""
+    by_corpus = tally(outcomes)
+    spacings = sorted({o.spacing for o in outcomes}, key=lambda s: -1.0 if s is None else s)
+    rows = []
+    for corpus, whole, part, title in HEADLINE:
+        cells = []
+        for spacing in spacings:
+            figures = by_corpus.get((corpus, spacing))
+            if figures is None or getattr(figures, whole) == 0:
+                cells.append("-")
+            elif part == "wasted":
+                cells.append(str(figures.wasted))
+            else:
+                cells.append(_share(getattr(figures, part), getattr(figures, whole)))
+        if any(cell != "-" for cell in cells):
+            rows.append([title, *cells])
+    return rows
+
+
+def group_rows(outcomes: Sequence[Outcome], group: str) -> list[list[str]]:
+    """Per source or kind: due refused / short warned / productive refused / wrong advice, at each speed."""
+    tallies = tally(outcomes, group)
+    spacings = sorted({o.spacing for o in outcomes}, key=lambda s: -1.0 if s is None else s)
+    rows = []
+    for name in sorted({key[0] for key in tallies}):
+        cells = []
+        for spacing in spacings:
+            t = tallies[(name, spacing)]
+            cells.append(
+                " / ".join(
+                    [
+                        _share(t.refused_in_time, t.due),
+                        _share(t.warned_in_time, t.short),
+                        _share(t.productive_refused, t.productive),
+                        _share(t.wrong_advice, t.productive),
+                    ]
+                )
+            )
+        rows.append([name, *cells])
+    return rows
+
+
+def _plain(title: str, header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
+    widths = [max(len(str(row[i])) for row in [header, *rows]) for i in range(len(header))]
+    lines = [title, "  " + "  ".join(h.ljust(w) for h, w in zip(header, widths, strict=True))]
+    lines += ["  " + "  ".join(str(c).ljust(w) for c, w in zip(row, widths, strict=True)) for row in rows]
+    return "\n".join(lines)
+
+
+def _markdown(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
+    lines = ["| " + " | ".join(header) + " |", "| " + " | ".join("---" for _ in header) + " |"]
+    lines += ["| " + " | ".join(row) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+def _revision() -> str:
+    try:
+        done = subprocess.run(
+            ["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=False
+        )
+    except OSError:
+        return "unknown"
+    return done.stdout.strip() or "unknown"
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Print the summary (and, with --traces, each trace's verdict lines at each speed)."""
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.detection")
+    parser.add_argument("--traces", action="store_true", help="one line per trace and speed too")
+    parser.add_argument("--markdown", action="store_true", help="the summary as Markdown tables")
+    args = parser.parse_args(argv)
+    cases = [*real_cases(), *hard_cases(), *lab_cases()]
+    outcomes = evaluate_all(cases)
+    spacings = [_speed(s) for s in SPACINGS]
+    header = ["", *spacings]
+    stamp = f"{datetime.now(UTC):%Y-%m-%d}, commit {_revision()}"
+    counts = defaultdict(int)
+    for case in cases:
+        counts[case.corpus] += 1
+    summary = ", ".join(f"{corpus} {count}" for corpus, count in sorted(counts.items()))
+    groups = ["due refused / short warned / productive refused / productive warned wrongly", *spacings]
+    if args.markdown:
+        print(f"Traces: {summary}; defaults; {stamp}.\n")
+        print(_markdown(header, headline_rows(outcomes)))
+        print()
+        print(_markdown(["source", *spacings], group_rows([o for o in outcomes if o.case.corpus != "lab"], "source")))
+        return 0
+    print(f"Traces: {summary}; defaults; {stamp}\n")
+    print(_plain("Summary", header, headline_rows(outcomes)))
+    print()
+    print(_plain("By source (" + groups[0] + ")", ["source", *spacings], group_rows(outcomes, "source")))
+    print()
+    real_and_hard = [o for o in outcomes if o.case.corpus != "lab"]
+    print(_plain("By kind, real and hard (" + groups[0] + ")", ["kind", *spacings], group_rows(real_and_hard, "kind")))
+    if args.traces:
+        print()
+        for outcome in outcomes:
+            case = outcome.case
+            mark = f"due {case.due}" if case.due else f"warn {case.warn}" if case.warn else "productive"
+            found = [f"{n}:{v}" for n, v in sorted(outcome.verdicts.items()) if v != "allow"]
+            print(f"  {_speed(outcome.spacing):>8}  {case.name:<58} {case.kind:<12} {mark:<11} {' '.join(found[:12])}")
+    return 0
+
+
+# --- the first corpus's older figures, kept for its own tests -----------------------------------
+
+
+@dataclass(frozen=True)
+class LabOutcome:
+    """One lab trace under one rule set, at its recorded times."""
 
     name: str
     label: str
@@ -56,110 +427,42 @@ class Outcome:
     first_refusal: int | None
 
 
-def _judge(path: Path, overrides: Mapping[str, Any]) -> list[Judged]:
-    settings = load_settings(FileSettings({}), **dict(overrides))
-    decided = plan(GuardConfig(None, (), FileSettings({})), settings)
-    with path.open(encoding="utf-8") as stream:
-        return judge_trace(list(read_trace(stream, str(path))), decided.policies)
-
-
 def evaluate(
     label_entries: Mapping[str, Mapping[str, Any]], rules: Mapping[str, Any], *, reference: bool
-) -> list[Outcome]:
-    """Every trace of the corpus judged under ``rules`` (plus each trace's own settings unless ``reference``)."""
-    outcomes: list[Outcome] = []
-    for name, entry in sorted(label_entries.items()):
+) -> list[LabOutcome]:
+    """Every lab trace judged under ``rules`` (plus each trace's own settings unless ``reference``)."""
+    found = []
+    for case in lab_cases():
+        entry = label_entries[case.path.name]
         overrides = dict(rules)
-        if not reference:
-            overrides.update(entry.get("settings") or {})
-        judged = _judge(CORPUS / name, overrides)
-        verdicts = {item.line.number: item.verdict for item in judged}
-        refusals = [number for number, verdict in verdicts.items() if verdict in REFUSED]
-        warnings = [number for number, verdict in verdicts.items() if verdict == "warn"]
-        first_refusal = min(refusals) if refusals else None
-        family, due = entry.get("family"), entry.get("due")
+        outcome = judge(case if not reference else Case("lab", "lab", case.path, case.loop, case.kind), None, overrides)
+        verdicts = outcome.verdicts
+        refusals = [n for n, v in verdicts.items() if v in REFUSED]
+        warnings = [n for n, v in verdicts.items() if v == "warn"]
+        first = min(refusals) if refusals else None
+        due = entry.get("due")
         caught = False
         wasted = 0
         if entry["label"] == "loop":
             assert isinstance(due, int)
-            caught = first_refusal is not None and first_refusal <= due
-            if family == "same_result":
-                caught = caught or any(number <= due for number in warnings)
-            wasted = sum(1 for number, verdict in verdicts.items() if number >= due and verdict not in REFUSED)
-        outcomes.append(
-            Outcome(name, entry["label"], family, due, caught, bool(warnings), bool(refusals), wasted, first_refusal)
-        )
-    return outcomes
-
-
-def labels() -> dict[str, dict[str, Any]]:
-    """The corpus's labels."""
-    loaded: dict[str, dict[str, Any]] = json.loads((CORPUS / "labels.json").read_text(encoding="utf-8"))
-    return loaded
-
-
-@dataclass(frozen=True)
-class Row:
-    """One family's figures."""
-
-    family: str
-    traces: int
-    caught: int
-    wasted: int
-    warned: int
-    refused: int
-
-
-def summarize(outcomes: Sequence[Outcome]) -> list[Row]:
-    """Per loop family: caught and wasted; for productive traces: warned and refused."""
-    groups: dict[str, list[Outcome]] = defaultdict(list)
-    for outcome in outcomes:
-        groups[outcome.family or "productive"].append(outcome)
-    rows = []
-    for family in sorted(groups, key=lambda name: (name == "productive", name)):
-        group = groups[family]
-        rows.append(
-            Row(
-                family,
-                len(group),
-                sum(o.caught for o in group),
-                sum(o.wasted for o in group),
-                sum(o.warned for o in group),
-                sum(o.refused for o in group),
+            caught = first is not None and first <= due
+            if entry.get("family") == "same_result":
+                caught = caught or any(n <= due for n in warnings)
+            wasted = sum(1 for n, v in verdicts.items() if n >= due and v not in REFUSED)
+        found.append(
+            LabOutcome(
+                case.path.name,
+                entry["label"],
+                entry.get("family"),
+                due,
+                caught,
+                bool(warnings),
+                bool(refusals),
+                wasted,
+                first,
             )
         )
-    return rows
-
-
-def _table(title: str, rows: Sequence[Row]) -> str:
-    lines = [title, f"  {'family':<12} {'traces':>6} {'caught':>10} {'wasted':>7} {'warned':>7} {'refused':>8}"]
-    for row in rows:
-        if row.family == "productive":
-            caught, wasted = "-", "-"
-        else:
-            caught, wasted = f"{row.caught} ({row.caught / row.traces:.0%})", str(row.wasted)
-        lines.append(f"  {row.family:<12} {row.traces:>6} {caught:>10} {wasted:>7} {row.warned:>7} {row.refused:>8}")
-    return "\n".join(lines)
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    """Print both tables (and, with --traces, each trace's outcome under the defaults)."""
-    parser = argparse.ArgumentParser(prog="python -m benchmarks.detection")
-    parser.add_argument("--traces", action="store_true", help="one line per trace too")
-    args = parser.parse_args(argv)
-    entries = labels()
-    reference = evaluate(entries, REFERENCE, reference=True)
-    defaults = evaluate(entries, {}, reference=False)
-    print(_table("(a) identical only (the reference design)", summarize(reference)))
-    print()
-    print(_table("(b) defaults", summarize(defaults)))
-    if args.traces:
-        print()
-        for outcome in defaults:
-            verdict = "caught" if outcome.caught else ("-" if outcome.label == "productive" else "MISSED")
-            extra = f"warned={outcome.warned} refused={outcome.refused}"
-            print(f"  {outcome.name:<42} {outcome.family or 'productive':<12} {verdict:<7} {extra}")
-    return 0
+    return found
 
 
 if __name__ == "__main__":

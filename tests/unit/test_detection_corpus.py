@@ -5,7 +5,8 @@ from __future__ import annotations
 from collections import defaultdict
 
 import pytest
-from benchmarks.detection import REFERENCE, Outcome, evaluate, labels
+from benchmarks.detection import REFERENCE, evaluate, labels
+from benchmarks.detection import LabOutcome as Outcome
 
 FAMILIES = ("identical", "cycle", "same_error", "same_result", "burst", "side_effect", "volatile")
 
