@@ -11,6 +11,7 @@ import json
 import logging
 import os
 import shlex
+import socket
 import sys
 from collections.abc import Sequence
 from functools import partial
@@ -40,7 +41,7 @@ examples:
   mcp-loop-guard wrap --client claude-desktop      (then --write; see `mcp-loop-guard wrap --help`)
 
 exit codes: 0 client closed the session, 1 the upstream could not be started,
-2 bad usage or settings, 3 the session was aborted for looping.
+2 bad usage or settings (an HTTP port in use too), 3 the session was aborted for looping.
 """
 
 
@@ -143,10 +144,29 @@ def _early_child(args: Sequence[str]) -> ChildProcess | UpstreamStartError | Non
     transport = _option(options, "--transport") or os.environ.get("LOOP_GUARD_TRANSPORT", "stdio")
     if transport.strip().lower() not in ("stdio", "http", "sse"):
         return None
+    if transport.strip().lower() != "stdio" and not _port_free(options):
+        return None  # the guard will stop at its own bind, and the upstream must not start for nothing
     try:
         return spawn(command, cwd=_option(options, "--cwd"), display=shlex.join(command))
     except UpstreamStartError as error:
         return error
+
+
+def _port_free(options: Sequence[str]) -> bool:
+    """Whether the HTTP guard's address (from flags or the environment) can be listened on now."""
+    from mcp_loop_guard.proxy.downstream.http.listen import ListenError, listen  # noqa: PLC0415 - standard library
+
+    host = _option(options, "--host") or os.environ.get("LOOP_GUARD_HOST", "127.0.0.1")
+    port = _option(options, "--port") or os.environ.get("LOOP_GUARD_PORT", "8080")
+    if not port.strip().isdigit():
+        return True  # a bad value: the settings check reports it
+    try:
+        sockets = listen(host, int(port))
+    except (ListenError, OverflowError):
+        return False
+    for sock in sockets:
+        sock.close()
+    return True
 
 
 def _option(options: Sequence[str], flag: str) -> str | None:
@@ -263,6 +283,15 @@ def _start(args_list: list[str], early: ChildProcess | UpstreamStartError | None
     except (ConfigError, SettingsError) as exc:
         print(f"mcp-loop-guard: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
+    listeners: list[socket.socket] = []
+    if settings.transport != "stdio":
+        from mcp_loop_guard.proxy.downstream.http.listen import ListenError, listen  # noqa: PLC0415
+
+        try:
+            listeners = listen(settings.host, settings.port)
+        except ListenError as exc:
+            print(f"mcp-loop-guard: error: {exc}", file=sys.stderr)
+            return EXIT_USAGE
     _configure_logging(settings.log_level, settings.log_format, contents=settings.log_contents)
     if isinstance(early, UpstreamStartError):
         if settings.transport == "stdio":
@@ -272,7 +301,7 @@ def _start(args_list: list[str], early: ChildProcess | UpstreamStartError | None
     first = early if early is not None and decided.single_stdio is not None else None
     if first is not None:
         first.adopted = True
-    return anyio.run(partial(serve, decided, first))
+    return anyio.run(partial(serve, decided, first, listeners))
 
 
 if __name__ == "__main__":  # pragma: no cover
