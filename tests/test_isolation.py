@@ -16,20 +16,11 @@ from pathlib import Path
 import anyio
 import psutil
 import pytest
-from benchmarks.processes import GUARD, GuardBuild
+from benchmarks.processes import GuardBuild
+from benchmarks.results import GUARD
 from mcp import ClientSession, StdioServerParameters, stdio_client
 
-from tests.harness import PREFORK, CountingUpstream
-
-REAL_STATE = Path.home() / ".local" / "state" / "mcp-loop-guard"
-"""The user's own state folder on Linux, when XDG_STATE_HOME is not set."""
-
-
-def _holds(folder: Path, key: str) -> bool:
-    """Whether any file of a state folder (the SQLite file, its WAL, live files) holds ``key``; read only."""
-    if not folder.is_dir():
-        return False
-    return any(key.encode() in path.read_bytes() for path in folder.rglob("*") if path.is_file())
+from tests.harness import PREFORK, REAL_STATE, CountingUpstream, stored
 
 
 def test_processes_started_for_the_whole_run_get_its_own_state_home() -> None:
@@ -65,5 +56,5 @@ async def test_a_guard_given_the_sdks_few_variables_keeps_its_state_in_the_test(
         done = await anyio.run_process([sys.executable, "-m", "mcp_loop_guard", "state", "list", "--json"])
     listed = [entry["key"] for entry in json.loads(done.stdout)]
     assert any(key in shown for shown in listed), listed
-    assert _holds(state_home / "mcp-loop-guard", key)
-    assert not _holds(REAL_STATE, key)
+    assert stored(state_home / "mcp-loop-guard", key)
+    assert not stored(REAL_STATE, key)

@@ -28,6 +28,7 @@ if TYPE_CHECKING:
 
 EXIT_START_FAILED = 1
 EXIT_USAGE = 2
+SUBCOMMANDS = ("wrap", "unwrap", "replay", "state", "demo")
 
 _EPILOG = """\
 examples:
@@ -76,13 +77,13 @@ def _parser(fields: Sequence[SettingField]) -> argparse.ArgumentParser:
         metavar='"NAME: VALUE"',
         help="with --upstream: a header sent with every request to it (repeatable)",
     )
-    _add_setting_flags(parser, fields)
+    add_setting_flags(parser, fields)
     parser.add_argument("command", nargs=argparse.REMAINDER, help="-- COMMAND [ARG...]: the upstream MCP server")
     return parser
 
 
-def _add_setting_flags(parser: argparse.ArgumentParser, fields: Sequence[SettingField]) -> None:
-    """One flag per setting, with its variable and default in the help."""
+def add_setting_flags(parser: argparse.ArgumentParser, fields: Sequence[SettingField]) -> None:
+    """One flag per setting, with its variable and default in the help (the guard's, replay's and the demo's)."""
     for field in fields:
         flag = "--" + field.name.replace("_", "-")
         help_text = f"{field.description} (env {field.env}, default {_shown(field.default)})"
@@ -182,6 +183,13 @@ def _option(options: Sequence[str], flag: str) -> str | None:
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the console script; returns the process exit code."""
     args_list = list(sys.argv[1:] if argv is None else argv)
+    if args_list and (meant := _misspelt(args_list[0])) is not None:
+        print(
+            f"mcp-loop-guard: error: unknown command `{args_list[0]}`: did you mean `{meant}`? (to guard a program "
+            f"of that name, put -- first: mcp-loop-guard -- {shlex.join(args_list)})",
+            file=sys.stderr,
+        )
+        return EXIT_USAGE
     if args_list[:1] in (["wrap"], ["unwrap"]):
         from mcp_loop_guard.wrap import main as wrap_main  # noqa: PLC0415 - the MCP SDK stays unloaded
 
@@ -206,6 +214,26 @@ def main(argv: Sequence[str] | None = None) -> int:
     return outcome
 
 
+def _misspelt(word: str) -> str | None:
+    """The subcommand ``word`` is one edit away from (a letter added, dropped, changed or two swapped), if any.
+
+    Without ``--`` the first word would otherwise be run as the server: ``stat`` for ``state``.
+    """
+    for command in SUBCOMMANDS:
+        if word == command or abs(len(word) - len(command)) > 1:
+            continue
+        if len(word) == len(command):
+            differ = [at for at in range(len(word)) if word[at] != command[at]]
+            swapped = len(differ) == 2 and differ[1] == differ[0] + 1 and word[differ[0]] == command[differ[1]]
+            if len(differ) == 1 or (swapped and word[differ[1]] == command[differ[0]]):
+                return command
+        else:
+            short, long = sorted((word, command), key=len)
+            if any(long[:at] + long[at + 1 :] == short for at in range(len(long))):
+                return command
+    return None
+
+
 def _replay(args_list: list[str]) -> int:
     """``replay [OPTIONS] FILE...``: judge recorded traces with these settings; print a timeline or JSON lines."""
     from mcp_loop_guard.config import ConfigError, GuardConfig, load_config  # noqa: PLC0415
@@ -227,7 +255,7 @@ def _replay(args_list: list[str]) -> int:
     )
     parser.add_argument("--config", metavar="FILE", help="an mcpServers JSON file: its loopGuard sections apply")
     parser.add_argument("--json", action="store_true", help="one JSON object per input line instead of a timeline")
-    _add_setting_flags(parser, fields)
+    add_setting_flags(parser, fields)
     parser.add_argument("files", nargs="+", metavar="FILE")
     args = parser.parse_args(args_list)
     overrides = {field.name: getattr(args, field.name) for field in fields}
