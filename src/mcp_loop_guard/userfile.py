@@ -20,7 +20,7 @@ __all__ = ["MAX_DEPTH", "MIB", "UserFileError", "line_of", "read_bytes", "read_t
 
 MIB = 1024 * 1024
 MAX_DEPTH = 100
-"""Deepest nesting of objects and arrays (tables in TOML) accepted in a file a user names."""
+"""Deepest nesting of objects and arrays (arrays and inline tables in TOML) accepted in a file a user names."""
 
 _OPEN_FLAGS = (
     os.O_RDONLY
