@@ -56,8 +56,13 @@ class GuardBuild:
 
     @property
     def env(self) -> dict[str, str]:
-        """Environment that makes ``python -m mcp_loop_guard`` run this revision."""
-        return {"PYTHONPATH": self.pythonpath} if self.pythonpath else {}
+        """Environment that makes ``python -m mcp_loop_guard`` run this revision.
+
+        ``XDG_STATE_HOME`` is passed on when set: the SDK's stdio client gives a server only a
+        few safe variables, and without it a guard keeps its state in the user's own folder.
+        """
+        state = {"XDG_STATE_HOME": os.environ["XDG_STATE_HOME"]} if "XDG_STATE_HOME" in os.environ else {}
+        return state | ({"PYTHONPATH": self.pythonpath} if self.pythonpath else {})
 
     def command(self, upstream: Sequence[str], *options: str) -> list[str]:
         """The guard in front of ``upstream`` (a stdio command)."""

@@ -1,9 +1,20 @@
-"""Shared fixtures: the anyio backend, the third-party servers, and sessions over real stdio."""
+"""Shared fixtures: the anyio backend, the third-party servers, and sessions over real stdio.
+
+Importing this file gives the whole run a state directory of its own (``XDG_STATE_HOME``, in a
+temporary folder removed at exit) and drops the user's ``LOOP_GUARD_*`` settings, before any
+process starts: every guard the suite runs, also from session fixtures and benchmarks, keeps
+its loop state there, never in the user's own state file. Each test then gets a directory of
+its own on top (``state_home``).
+"""
 
 from __future__ import annotations
 
+import atexit
+import os
+import shutil
 import subprocess
 import sys
+import tempfile
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -22,6 +33,13 @@ from tests.harness import (
 )
 from tests.http_harness import Rig
 from tests.redis_harness import RedisServer, running_redis
+
+RUN_HOME = Path(tempfile.mkdtemp(prefix="mcp-loop-guard-tests-"))
+"""This run's stand-in for the user's data folders."""
+os.environ["XDG_STATE_HOME"] = str(RUN_HOME / "state")
+for _name in [name for name in os.environ if name.upper().startswith("LOOP_GUARD_")]:
+    del os.environ[_name]
+atexit.register(shutil.rmtree, RUN_HOME, ignore_errors=True)
 
 
 @pytest.fixture(scope="session", autouse=True)

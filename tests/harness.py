@@ -351,6 +351,17 @@ class Connection:
         return self.stderr.read_text(encoding="utf-8", errors="replace")
 
 
+REAL_STATE = Path.home() / ".local" / "state" / "mcp-loop-guard"
+"""The user's own state folder on Linux (without XDG_STATE_HOME), which no test may write."""
+
+
+def stored(folder: Path, key: str) -> bool:
+    """Whether any file of a state folder (the SQLite file, its WAL, live files) holds agent ``key``; read only."""
+    if not folder.is_dir():
+        return False
+    return any(key.encode() in path.read_bytes() for path in folder.rglob("*") if path.is_file())
+
+
 def server_environment(marker: str, env: Mapping[str, str] | None) -> dict[str, str]:
     """The environment of a server a test starts: the SDK's safe defaults, the marker, the test's own
     state directory (so guards never share loop state across tests or touch the real home), and env."""

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import logging
+import socket
+from collections.abc import Sequence
 
 from mcp_loop_guard import tracing
 from mcp_loop_guard.plan import Plan
@@ -31,10 +33,11 @@ _MODES = {
 }
 
 
-async def serve(plan: Plan, first: ChildProcess | None = None) -> int:
+async def serve(plan: Plan, first: ChildProcess | None = None, listeners: Sequence[socket.socket] = ()) -> int:
     """Serve until the client leaves or a signal arrives; return the exit code.
 
-    ``first``: the upstream child, when it was started before the event loop.
+    ``first``: the upstream child, when it was started before the event loop; ``listeners``:
+    over HTTP, the sockets already bound to the guard's address.
     """
     _announce(plan)
     with tracing.installed():
@@ -48,4 +51,4 @@ async def serve(plan: Plan, first: ChildProcess | None = None) -> int:
             return await serve_sdk_stdio(plan)
         from mcp_loop_guard.proxy.downstream.http.app import run_http  # noqa: PLC0415 - starlette, uvicorn load here
 
-        return await run_http(plan, first)
+        return await run_http(plan, first, listeners)

@@ -11,6 +11,7 @@ import json
 import logging
 import os
 import shlex
+import socket
 import sys
 from collections.abc import Sequence
 from functools import partial
@@ -27,6 +28,7 @@ if TYPE_CHECKING:
 
 EXIT_START_FAILED = 1
 EXIT_USAGE = 2
+SUBCOMMANDS = ("wrap", "unwrap", "replay", "state", "demo")
 
 _EPILOG = """\
 examples:
@@ -40,7 +42,7 @@ examples:
   mcp-loop-guard wrap --client claude-desktop      (then --write; see `mcp-loop-guard wrap --help`)
 
 exit codes: 0 client closed the session, 1 the upstream could not be started,
-2 bad usage or settings, 3 the session was aborted for looping.
+2 bad usage or settings (an HTTP port in use too), 3 the session was aborted for looping.
 """
 
 
@@ -75,13 +77,13 @@ def _parser(fields: Sequence[SettingField]) -> argparse.ArgumentParser:
         metavar='"NAME: VALUE"',
         help="with --upstream: a header sent with every request to it (repeatable)",
     )
-    _add_setting_flags(parser, fields)
+    add_setting_flags(parser, fields)
     parser.add_argument("command", nargs=argparse.REMAINDER, help="-- COMMAND [ARG...]: the upstream MCP server")
     return parser
 
 
-def _add_setting_flags(parser: argparse.ArgumentParser, fields: Sequence[SettingField]) -> None:
-    """One flag per setting, with its variable and default in the help."""
+def add_setting_flags(parser: argparse.ArgumentParser, fields: Sequence[SettingField]) -> None:
+    """One flag per setting, with its variable and default in the help (the guard's, replay's and the demo's)."""
     for field in fields:
         flag = "--" + field.name.replace("_", "-")
         help_text = f"{field.description} (env {field.env}, default {_shown(field.default)})"
@@ -143,10 +145,29 @@ def _early_child(args: Sequence[str]) -> ChildProcess | UpstreamStartError | Non
     transport = _option(options, "--transport") or os.environ.get("LOOP_GUARD_TRANSPORT", "stdio")
     if transport.strip().lower() not in ("stdio", "http", "sse"):
         return None
+    if transport.strip().lower() != "stdio" and not _port_free(options):
+        return None  # the guard will stop at its own bind, and the upstream must not start for nothing
     try:
         return spawn(command, cwd=_option(options, "--cwd"), display=shlex.join(command))
     except UpstreamStartError as error:
         return error
+
+
+def _port_free(options: Sequence[str]) -> bool:
+    """Whether the HTTP guard's address (from flags or the environment) can be listened on now."""
+    from mcp_loop_guard.proxy.downstream.http.listen import ListenError, listen  # noqa: PLC0415 - standard library
+
+    host = _option(options, "--host") or os.environ.get("LOOP_GUARD_HOST", "127.0.0.1")
+    port = _option(options, "--port") or os.environ.get("LOOP_GUARD_PORT", "8080")
+    if not port.strip().isdigit():
+        return True  # a bad value: the settings check reports it
+    try:
+        sockets = listen(host, int(port))
+    except (ListenError, OverflowError):
+        return False
+    for sock in sockets:
+        sock.close()
+    return True
 
 
 def _option(options: Sequence[str], flag: str) -> str | None:
@@ -162,6 +183,13 @@ def _option(options: Sequence[str], flag: str) -> str | None:
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the console script; returns the process exit code."""
     args_list = list(sys.argv[1:] if argv is None else argv)
+    if args_list and (meant := _misspelt(args_list[0])) is not None:
+        print(
+            f"mcp-loop-guard: error: unknown command `{args_list[0]}`: did you mean `{meant}`? (to guard a program "
+            f"of that name, put -- first: mcp-loop-guard -- {shlex.join(args_list)})",
+            file=sys.stderr,
+        )
+        return EXIT_USAGE
     if args_list[:1] in (["wrap"], ["unwrap"]):
         from mcp_loop_guard.wrap import main as wrap_main  # noqa: PLC0415 - the MCP SDK stays unloaded
 
@@ -184,6 +212,26 @@ def main(argv: Sequence[str] | None = None) -> int:
         if first is not None and not first.adopted:
             first.kill_now()
     return outcome
+
+
+def _misspelt(word: str) -> str | None:
+    """The subcommand ``word`` is one edit away from (a letter added, dropped, changed or two swapped), if any.
+
+    Without ``--`` the first word would otherwise be run as the server: ``stat`` for ``state``.
+    """
+    for command in SUBCOMMANDS:
+        if word == command or abs(len(word) - len(command)) > 1:
+            continue
+        if len(word) == len(command):
+            differ = [at for at in range(len(word)) if word[at] != command[at]]
+            swapped = len(differ) == 2 and differ[1] == differ[0] + 1 and word[differ[0]] == command[differ[1]]
+            if len(differ) == 1 or (swapped and word[differ[1]] == command[differ[0]]):
+                return command
+        else:
+            short, long = sorted((word, command), key=len)
+            if any(long[:at] + long[at + 1 :] == short for at in range(len(long))):
+                return command
+    return None
 
 
 def _replay(args_list: list[str]) -> int:
@@ -214,7 +262,7 @@ def _replay(args_list: list[str]) -> int:
         metavar="SECONDS",
         help="seconds between lines that record no time (`at`), plus their `wait` (default: 1)",
     )
-    _add_setting_flags(parser, fields)
+    add_setting_flags(parser, fields)
     parser.add_argument("files", nargs="+", metavar="FILE")
     args = parser.parse_args(args_list)
     overrides = {field.name: getattr(args, field.name) for field in fields}
@@ -292,6 +340,15 @@ def _start(args_list: list[str], early: ChildProcess | UpstreamStartError | None
     except (ConfigError, SettingsError) as exc:
         print(f"mcp-loop-guard: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
+    listeners: list[socket.socket] = []
+    if settings.transport != "stdio":
+        from mcp_loop_guard.proxy.downstream.http.listen import ListenError, listen  # noqa: PLC0415
+
+        try:
+            listeners = listen(settings.host, settings.port)
+        except ListenError as exc:
+            print(f"mcp-loop-guard: error: {exc}", file=sys.stderr)
+            return EXIT_USAGE
     _configure_logging(settings.log_level, settings.log_format, contents=settings.log_contents)
     if isinstance(early, UpstreamStartError):
         if settings.transport == "stdio":
@@ -301,7 +358,7 @@ def _start(args_list: list[str], early: ChildProcess | UpstreamStartError | None
     first = early if early is not None and decided.single_stdio is not None else None
     if first is not None:
         first.adopted = True
-    return anyio.run(partial(serve, decided, first))
+    return anyio.run(partial(serve, decided, first, listeners))
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -4,7 +4,8 @@ A file names the upstream servers (a ``command`` to run, or a ``url`` to reach o
 streamable HTTP or SSE), may set any ``LOOP_GUARD_*`` setting in a top-level ``loopGuard``
 section, and may override the loop rules per server in the server's own ``loopGuard``.
 Everything is checked at load, so a bad file stops the guard before it serves anything,
-with the file, the key and what is wrong.
+with the file, the key and what is wrong. The file is read as every file a user names is
+(:mod:`mcp_loop_guard.userfile`): a regular file of at most 4 MB, nested at most 100 deep.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import json
 import os
 import re
 import shlex
+import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
@@ -26,8 +28,10 @@ from pydantic_core import ErrorDetails
 
 from mcp_loop_guard.policies import PolicySpec, ToolSpec
 from mcp_loop_guard.settings import FileSettings, Settings, SettingsError
+from mcp_loop_guard.userfile import MAX_DEPTH, MIB, UserFileError, line_of, read_text, too_deep
 
 __all__ = [
+    "MAX_CONFIG_BYTES",
     "SERVER_NAME",
     "TRANSPORTS",
     "ConfigError",
@@ -46,6 +50,9 @@ TRANSPORTS: Mapping[str, Literal["stdio", "http", "sse"]] = MappingProxyType(
     {"stdio": "stdio", "http": "http", "streamable-http": "http", "streamableHttp": "http", "sse": "sse"}
 )
 """Accepted ``type``/``transport`` values and what each means."""
+
+MAX_CONFIG_BYTES = 4 * MIB
+"""The largest config file read: a real one is a few kilobytes; a larger one is a mistake or an attack."""
 
 _NO_VALUES: Mapping[str, Any] = MappingProxyType({})
 _VARIABLE = re.compile(r"\$\{(?:env:)?([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
@@ -170,16 +177,7 @@ def load_config(path: Path) -> GuardConfig:
         ConfigError: the file cannot be read, is not JSON, or any server or setting is wrong.
     """
     problems: list[tuple[str, str]] = []
-    try:
-        document = json.loads(path.read_text(encoding="utf-8-sig"))
-    except OSError as error:
-        raise ConfigError(str(path), [("", f"cannot read it: {error.strerror or error}")]) from None
-    except UnicodeDecodeError:
-        raise ConfigError(str(path), [("", "not UTF-8 text")]) from None
-    except json.JSONDecodeError as error:
-        raise ConfigError(
-            str(path), [("", f"invalid JSON at line {error.lineno}, column {error.colno}: {error.msg}")]
-        ) from None
+    document = _document(path)
     if not isinstance(document, dict):
         raise ConfigError(str(path), [("", f"expected a JSON object at the top, got {_kind(document)}")])
     servers = _servers(document, str(path), problems)
@@ -194,6 +192,29 @@ def load_config(path: Path) -> GuardConfig:
     if problems:
         raise ConfigError(str(path), problems)
     return GuardConfig(path, servers, settings, tools)
+
+
+def _document(path: Path) -> object:
+    """The file's JSON value: a regular file of at most :data:`MAX_CONFIG_BYTES`, nested at most ``MAX_DEPTH`` deep.
+
+    Raises:
+        ConfigError: the file cannot be read, is too large, too deep, or not JSON.
+    """
+    try:
+        text = read_text(path, limit=MAX_CONFIG_BYTES)
+    except UserFileError as error:
+        raise ConfigError(str(path), [("", error.problem)]) from None
+    if (at := too_deep(text, "json")) is not None:
+        raise ConfigError(str(path), [("", f"line {line_of(text, at)}: nested deeper than {MAX_DEPTH} levels")])
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as error:
+        raise ConfigError(
+            str(path), [("", f"invalid JSON at line {error.lineno}, column {error.colno}: {error.msg}")]
+        ) from None
+    except ValueError:  # the only other one: an integer longer than Python converts
+        digits = sys.get_int_max_str_digits()
+        raise ConfigError(str(path), [("", f"invalid JSON: a number of more than {digits} digits")]) from None
 
 
 def _tool_sections(

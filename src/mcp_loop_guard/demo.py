@@ -2,10 +2,15 @@
 
 Everything runs for real: the guard is started as a subprocess in front of the
 demo server, and the agent talks to it over stdio with the official SDK client.
+The guard gets this environment and the setting flags given to the demo, so
+``LOOP_GUARD_MODE=shadow mcp-loop-guard demo`` or ``mcp-loop-guard demo
+--warn-threshold 4`` shows what those settings do.
 """
 
 from __future__ import annotations
 
+import argparse
+import os
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -19,7 +24,9 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from mcp_loop_guard.cli import EXIT_USAGE, add_setting_flags
 from mcp_loop_guard.proxy.relay.verdicts import MARKER, VERDICT_META_KEY
+from mcp_loop_guard.settings import RULE_SETTINGS, Settings, SettingsError, load_settings, setting_fields
 
 _STEPS: list[tuple[str, dict[str, Any], str]] = [
     ("search_docs", {"query": "deploy"}, "normal work"),
@@ -59,10 +66,13 @@ def _first_sentences(text: str, limit: int = 160) -> str:
     return text[: cut + 1] if cut > 0 else text[:limit] + "..."
 
 
-async def _drive() -> list[_Row]:
+async def _drive(flags: Sequence[str]) -> list[_Row]:
+    """The scripted session through a guard started with ``flags`` (after the demo's own) and this environment."""
+    guard = ["-m", "mcp_loop_guard", "--log-level", "error", *flags, "--transport", "stdio"]
     params = StdioServerParameters(
         command=sys.executable,
-        args=["-m", "mcp_loop_guard", "--log-level", "error", "--", sys.executable, "-m", "mcp_loop_guard.demo_server"],
+        args=[*guard, "--", sys.executable, "-m", "mcp_loop_guard.demo_server"],
+        env=dict(os.environ),
     )
     rows: list[_Row] = []
     async with stdio_client(params) as (read, write), ClientSession(read, write) as session:
@@ -85,11 +95,29 @@ async def _drive() -> list[_Row]:
     return rows
 
 
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="mcp-loop-guard demo",
+        description="A scripted agent calls a small built-in server through the real guard over stdio, and the "
+        "timeline of its calls is printed: normal work, polling, then a stuck call warned, refused and cut off. "
+        "The guard takes the LOOP_GUARD_* variables and these flags, as it does in front of a real server.",
+    )
+    add_setting_flags(parser, [field for field in setting_fields() if field.name != "transport"])
+    return parser
+
+
 def run_demo(argv: Sequence[str]) -> int:
     """Run the scripted session and print its timeline; exit 0 when it behaved as designed."""
+    args = _parser().parse_args(argv)
+    try:
+        settings = load_settings(None, **vars(args))
+    except SettingsError as exc:
+        print(f"mcp-loop-guard demo: error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    changed = [name for name in sorted(RULE_SETTINGS) if getattr(settings, name) != Settings.model_fields[name].default]
     console = Console(highlight=False, width=max(Console().width, 110))
     console.print(Text("mcp-loop-guard demo: a scripted agent calls a small server through the guard\n", style="bold"))
-    rows = anyio.run(_drive)
+    rows = anyio.run(_drive, list(argv))
     table = Table(title="Timeline", show_lines=True)
     for column in ("#", "call", "situation", "verdict", "what the model was told"):
         table.add_column(column, overflow="fold")
@@ -98,6 +126,9 @@ def run_demo(argv: Sequence[str]) -> int:
             str(row.step), row.call, row.why, Text(row.verdict, style=_STYLE.get(row.verdict, "")), Text(row.told)
         )
     console.print(table)
+    if changed:
+        console.print(f"Your settings change the rules ({', '.join(changed)}): the timeline shows what they do.")
+        return 0
     verdicts = [row.verdict for row in rows]
     expected = ["pass"] * 9 + ["warn", "warn", "block", "block", "abort"]
     if verdicts != expected:

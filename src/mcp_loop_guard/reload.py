@@ -19,9 +19,10 @@ from pathlib import Path
 import anyio
 import anyio.abc
 
-from mcp_loop_guard.config import ConfigError, ServerSpec, load_config
+from mcp_loop_guard.config import MAX_CONFIG_BYTES, ConfigError, ServerSpec, load_config
 from mcp_loop_guard.plan import Plan, plan
 from mcp_loop_guard.settings import RULE_SETTINGS, Settings, SettingsError, load_settings
+from mcp_loop_guard.userfile import UserFileError, read_bytes
 
 __all__ = ["LIVE_SETTINGS", "Reloader", "on_sighup", "reloader_for"]
 
@@ -90,10 +91,11 @@ class Reloader:
 
 
 def _fingerprint(path: Path) -> str | None:
+    """The file's hash; for a file that cannot be used, its problem (a change, so the reload says why); None if gone."""
     try:
-        return hashlib.sha256(path.read_bytes()).hexdigest()
-    except OSError:
-        return None
+        return hashlib.sha256(read_bytes(path, limit=MAX_CONFIG_BYTES)).hexdigest()
+    except UserFileError as error:
+        return None if error.missing else error.problem
 
 
 def _apply_log_level(old: Settings, new: Settings) -> None:

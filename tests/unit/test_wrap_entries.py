@@ -95,6 +95,14 @@ def test_unwrap_keeps_what_the_user_changed_after_wrapping() -> None:
         ("uvx", ["mcp-loop-guard@0.1.0", "--", "x"]),
         ("python3", ["-m", "mcp_loop_guard", "--ignore-tools", "todo", "--", "x"]),
         ("/opt/venv/bin/mcp-loop-guard", ["--upstream", "https://example.com/mcp"]),
+        ("uvx", ["--from", "git+https://example.com/mcp-loop-guard", "mcp-loop-guard", "--", "x"]),
+        ("uv", ["run", "--directory", "/src/guard", "mcp-loop-guard", "--", "x"]),
+        ("uv", ["tool", "run", "mcp_loop_guard==0.1", "--", "x"]),
+        ("uv", ["run", "python", "-X", "utf8", "-m", "mcp_loop_guard", "--", "x"]),
+        ("pipx", ["run", "--spec", "mcp-loop-guard[redis]", "mcp-loop-guard", "--", "x"]),
+        ("python", ["-mmcp_loop_guard", "--", "x"]),
+        ("env", ["-u", "HOME", "LOOP_GUARD_MODE=warn", "mcp-loop-guard", "--", "x"]),
+        ("cmd", ["/c", "mcp-loop-guard.exe", "--", "x"]),
     ],
 )
 def test_entries_already_behind_the_guard_are_recognised_however_it_is_started(command: str, args: list[str]) -> None:
@@ -103,6 +111,26 @@ def test_entries_already_behind_the_guard_are_recognised_however_it_is_started(c
     assert _wrap(text) == text
     assert _details(text)["a"] == "left as is: already runs behind the guard"
     assert _details(text, undo=True)["a"].startswith("unwrapped")
+
+
+@pytest.mark.parametrize(
+    ("command", "args"),
+    [
+        ("npx", ["-y", "@modelcontextprotocol/server-filesystem", "/home/me/src/mcp-loop-guard"]),
+        ("uv", ["--directory", "/home/me/mcp-loop-guard", "run", "server.py"]),
+        ("uv", ["run", "--directory", "/home/me/mcp-loop-guard", "server.py"]),
+        ("uvx", ["--from", "/home/me/mcp-loop-guard", "other-server"]),
+        ("mcp-server-git", ["--repository", "/home/me/mcp_loop_guard"]),
+        ("python3", ["-m", "other_server", "--root", "mcp_loop_guard"]),
+        ("python3", ["-c", "import mcp_loop_guard", "mcp-loop-guard"]),
+    ],
+)
+def test_an_argument_named_like_the_guard_is_not_the_guard(command: str, args: list[str]) -> None:
+    """A folder or value called mcp-loop-guard, not the program a launcher runs, leaves the entry to be wrapped."""
+    text = '{"mcpServers": {"a": {"command": %s, "args": %s}}}' % (json_str(command), json_list(args))  # noqa: UP031
+    wrapped = json.loads(_wrap(text))["mcpServers"]["a"]
+    assert wrapped == {"command": GUARD[0], "args": ["--", command, *args]}
+    assert _details(text, undo=True)["a"] == "left as is: not behind the guard"
 
 
 def json_str(value: str) -> str:

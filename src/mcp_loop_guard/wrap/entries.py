@@ -6,11 +6,13 @@ JSON files hold servers in maps like ``mcpServers`` (for Claude Code also under 
 
 from __future__ import annotations
 
+import sys
 import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from mcp_loop_guard.userfile import MAX_DEPTH, line_of, too_deep
 from mcp_loop_guard.wrap import jsonc, tomlscan
 from mcp_loop_guard.wrap.clients import Client
 from mcp_loop_guard.wrap.spans import Node, TextSyntaxError, plain
@@ -98,10 +100,14 @@ def toml_entries(text: str) -> list[Entry]:
     Raises:
         RefusedError: not TOML, no server section, or an entry of the wrong type.
     """
+    if (at := too_deep(text, "toml")) is not None:
+        raise RefusedError("", f"line {line_of(text, at)}: nested deeper than {MAX_DEPTH} levels")
     try:
         document = tomllib.loads(text)
     except tomllib.TOMLDecodeError as error:
         raise RefusedError("", f"not TOML: {error}") from None
+    except ValueError:  # the only other one: an integer longer than Python converts
+        raise RefusedError("", f"not TOML: a number of more than {sys.get_int_max_str_digits()} digits") from None
     servers = document.get("mcp_servers")
     if servers is None:
         raise RefusedError("", "no server section ([mcp_servers.NAME] tables): nothing to wrap")

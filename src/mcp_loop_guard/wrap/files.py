@@ -1,5 +1,8 @@
 """Reading a config file, showing a change as a diff, and writing it safely.
 
+A file is read as every file a user names is (:mod:`mcp_loop_guard.userfile`): a regular
+file of at most 64 MB; a FIFO, a device or a larger file is refused with the reason.
+
 Writing keeps a timestamped copy of the file first (never overwriting an earlier one),
 then replaces the file in one rename from a temporary file in the same folder, with the
 original's permissions, so a client never reads a half-written config. A file that
@@ -18,8 +21,12 @@ from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 
+from mcp_loop_guard.userfile import MIB, UserFileError, read_bytes
+
 BOM = "\ufeff"
 BACKUP_TAG = ".bak-mcp-loop-guard-"
+MAX_FILE_BYTES = 64 * MIB
+"""The largest client config read; Claude Code's ``~/.claude.json`` keeps per-project data and can grow to megabytes."""
 
 
 class FileError(Exception):
@@ -41,23 +48,27 @@ class Loaded:
 
 
 def load(path: Path) -> Loaded:
-    """Reads ``path`` as UTF-8 text.
+    """Reads ``path`` as UTF-8 text: a regular file of at most :data:`MAX_FILE_BYTES`.
 
     Raises:
         FileNotFoundError: there is no such file.
-        FileError: it cannot be read or is not UTF-8 text.
+        FileError: it cannot be read, is not a regular file, is too large or is not UTF-8 text.
     """
-    try:
-        raw = path.read_bytes()
-    except FileNotFoundError:
-        raise
-    except OSError as error:
-        raise FileError(f"cannot read it: {error.strerror or error}") from None
+    raw = _read(path)
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError:
         raise FileError("not UTF-8 text") from None
     return Loaded(path, text.removeprefix(BOM), raw)
+
+
+def _read(path: Path) -> bytes:
+    try:
+        return read_bytes(path, limit=MAX_FILE_BYTES)
+    except UserFileError as error:
+        if error.missing:
+            raise FileNotFoundError(error.problem) from None
+        raise FileError(error.problem) from None
 
 
 def diff(loaded: Loaded, new: str) -> str:
@@ -94,7 +105,7 @@ def write(loaded: Loaded, new: str, *, now: datetime | None = None) -> Path:
         if hasattr(os, "chown") and info.st_uid != os.geteuid():
             with contextlib.suppress(PermissionError):
                 os.chown(temporary, info.st_uid, info.st_gid)
-        if target.read_bytes() != loaded.raw:
+        if _read(target) != loaded.raw:
             raise FileError("it changed on disk while wrap was working: nothing written, run it again")
         os.replace(temporary, target)
     except OSError as error:

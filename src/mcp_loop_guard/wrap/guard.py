@@ -13,11 +13,13 @@ import shlex
 import shutil
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from pathlib import Path, PurePath, PurePosixPath, PureWindowsPath
+from pathlib import Path
+
+from mcp_loop_guard.wrap.launchers import launched, stem
 
 PROGRAM = "mcp-loop-guard"
 _NAMES = frozenset({"mcp-loop-guard", "mcp_loop_guard"})
-_SUFFIX = re.compile(r"\.(exe|cmd|bat|ps1|py)$", re.IGNORECASE)
+_MODULES = frozenset({"mcp_loop_guard", "mcp_loop_guard.cli"})
 _PINNED = re.compile(r"^(mcp-loop-guard|mcp_loop_guard)(\[[^\]]*\])?([@=<>~!].*)?$", re.IGNORECASE)
 _EPHEMERAL = re.compile(r"[/\\]archive-v\d+[/\\]")
 """A path inside uv's cache, where ``uvx`` runs tools from environments it may delete."""
@@ -78,26 +80,19 @@ def _split(command: str, *, windows: bool) -> list[str]:
     return [word.strip('"') for word in re.findall(r'"[^"]*"|\S+', command)]
 
 
-def _stem(word: str) -> str:
-    """A program's name without folder and Windows suffix, lower-cased."""
-    path: PurePath = PureWindowsPath(word) if "\\" in word else PurePosixPath(word)
-    return _SUFFIX.sub("", path.name).lower()
-
-
 def guard_words(command: str, args: Sequence[str], custom: Sequence[str] = ()) -> int | None:
     """How many of ``args`` belong to starting the guard (0: ``command`` is the guard), or None if it is not.
 
-    Recognised: the ``mcp-loop-guard`` program under any path, a launcher followed by the
-    package (``uvx mcp-loop-guard``, ``python -m mcp_loop_guard``), and ``custom`` (the
-    words of ``--guard-command``).
+    Recognised where the guard would be launched: the ``mcp-loop-guard`` program under any
+    path, the program a launcher runs (``uvx mcp-loop-guard``, ``python -m mcp_loop_guard``),
+    and ``custom`` (the words of ``--guard-command``). An argument that merely has the name (a
+    folder given to a server, a launcher's ``--directory``) is not the guard.
     """
     if custom and [command, *args[: len(custom) - 1]] == list(custom):
         return len(custom) - 1
-    if _stem(command) == PROGRAM:
-        return 0
-    for index, arg in enumerate(args):
-        if arg in ("--", "--upstream"):
-            break
-        if _stem(arg) in _NAMES or _PINNED.match(arg):
-            return index + 1
-    return None
+    found = launched([command, *args])
+    if found is None:
+        return None
+    if found.module:
+        return found.index if found.name in _MODULES else None
+    return found.index if stem(found.name) in _NAMES or _PINNED.match(found.name) else None

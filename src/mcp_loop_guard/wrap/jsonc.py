@@ -1,18 +1,22 @@
 """JSON with comments (``//``, ``/* */``) and trailing commas, as VS Code and Claude Code accept it.
 
 The parser keeps where every value and key sits, so an edit can replace one entry's
-text and leave the rest of the file as the user wrote it.
+text and leave the rest of the file as the user wrote it. It refuses nesting deeper than
+``MAX_DEPTH`` before its recursion could exhaust the stack, and its string pattern is
+possessive, so a string of megabytes is matched without backtracking state.
 """
 
 from __future__ import annotations
 
 import json
 import re
+import sys
 
+from mcp_loop_guard.userfile import MAX_DEPTH
 from mcp_loop_guard.wrap.spans import Node, Pair, TextSyntaxError
 
 _NUMBER = re.compile(r"-?(?:0|[1-9]\d*)(?:\.\d+)?(?:[eE][+-]?\d+)?")
-_STRING = re.compile(r'"(?:[^"\\\x00-\x1f]|\\(?:["\\/bfnrt]|u[0-9a-fA-F]{4}))*"')
+_STRING = re.compile(r'"(?:[^"\\\x00-\x1f]++|\\(?:["\\/bfnrt]|u[0-9a-fA-F]{4}))*+"')
 _LITERALS = {"true": ("bool", True), "false": ("bool", False), "null": ("null", None)}
 
 
@@ -60,6 +64,7 @@ def literal(value: str) -> str:
 class _Parser:
     def __init__(self, text: str) -> None:
         self.text = text
+        self.depth = 0
 
     def skip(self, at: int) -> int:
         text = self.text
@@ -91,7 +96,11 @@ class _Parser:
         if char == '"':
             return self.string(at)
         if match := _NUMBER.match(text, at):
-            return Node("number", at, match.end(), json.loads(match.group()))
+            try:
+                return Node("number", at, match.end(), json.loads(match.group()))
+            except ValueError:  # an integer longer than Python converts
+                digits = sys.get_int_max_str_digits()
+                raise TextSyntaxError(text, at, f"a number of more than {digits} digits") from None
         for word, (kind, value) in _LITERALS.items():
             if text.startswith(word, at):
                 return Node(kind, at, at + len(word), value)  # type: ignore[arg-type]
@@ -104,15 +113,18 @@ class _Parser:
         return Node("string", at, match.end(), json.loads(match.group()))
 
     def array(self, start: int) -> Node:
+        self._deeper(start)
         items: list[Node] = []
         at = self.skip(start + 1)
         while self.text[at : at + 1] != "]":
             item = self.value(at)
             items.append(item)
             at = self._after_item(item.end, "]")
+        self.depth -= 1
         return Node("array", start, at + 1, items=tuple(items))
 
     def object(self, start: int) -> Node:
+        self._deeper(start)
         text = self.text
         pairs: list[Pair] = []
         at = self.skip(start + 1)
@@ -126,7 +138,13 @@ class _Parser:
             value = self.value(self.skip(at + 1))
             pairs.append(Pair(str(key.value), key.start, key.end, value))
             at = self._after_item(value.end, "}")
+        self.depth -= 1
         return Node("object", start, at + 1, pairs=tuple(pairs))
+
+    def _deeper(self, at: int) -> None:
+        self.depth += 1
+        if self.depth > MAX_DEPTH:
+            raise TextSyntaxError(self.text, at, f"nested deeper than {MAX_DEPTH} levels")
 
     def _after_item(self, end: int, close: str) -> int:
         """Past the comma after an item (a trailing one allowed), at the next item or ``close``."""

@@ -14,6 +14,14 @@ from dataclasses import dataclass
 from mcp_loop_guard.wrap.spans import Node, Pair, TextSyntaxError
 
 _BARE = re.compile(r"[A-Za-z0-9_-]+")
+_STRINGS = {
+    # Possessive, so a string of megabytes is matched in one pass without backtracking state.
+    ('"', False): re.compile(r'"(?:[^"\\\n]++|\\[\s\S])*+"'),
+    ("'", False): re.compile(r"'[^'\n]*+'"),
+    ('"', True): re.compile(r'"""(?:[^"\\]++|\\[\s\S]|"(?!""))*+"{3,}'),
+    ("'", True): re.compile(r"'''(?:[^']++|'(?!''))*+'{3,}"),
+}
+"""A string token of each kind (quote, multi-line), in a text ``tomllib`` accepted."""
 _SCALAR = re.compile(r"\d{4}-\d{2}-\d{2}[Tt ]\d{2}:\d{2}[^\s,\]}#]*|[^\s,\]}#]+")
 
 
@@ -42,7 +50,15 @@ def sections(text: str) -> list[Section]:
 
 
 def decode_string(raw: str) -> str:
-    """The value of one TOML string token (any of the four kinds)."""
+    """The value of one TOML string token (any of the four kinds).
+
+    Tokens without escapes are cut out as they are: ``tomllib`` reads strings a character
+    at a time, seconds for a string of megabytes.
+    """
+    if raw.startswith("'''"):
+        return raw[3:-3].removeprefix("\r\n").removeprefix("\n")
+    if raw.startswith("'") or (raw.startswith('"') and not raw.startswith('"""') and "\\" not in raw):
+        return raw[1:-1]
     value = tomllib.loads(f"v = {raw}")["v"]
     if not isinstance(value, str):  # pragma: no cover - callers pass string tokens only
         raise TypeError(raw)
@@ -172,29 +188,12 @@ class _Scanner:
     def string(self, at: int) -> Node:
         text = self.text
         quote = text[at]
-        if text.startswith(quote * 3, at):
-            end = at + 3
-            while True:
-                if end >= len(text):
-                    raise self.fail(at, "a multi-line string is never closed")
-                if quote == '"' and text[end] == "\\":
-                    end += 2
-                elif text.startswith(quote * 3, end):
-                    run = end
-                    while text[run : run + 1] == quote:
-                        run += 1
-                    end = run
-                    break
-                else:
-                    end += 1
-        else:
-            end = at + 1
-            while text[end : end + 1] != quote:
-                if end >= len(text) or text[end] == "\n":
-                    raise self.fail(at, "a string is not closed on its line")
-                end += 2 if quote == '"' and text[end] == "\\" else 1
-            end += 1
-        return Node("string", at, end, decode_string(text[at:end]))
+        multi = text.startswith(quote * 3, at)
+        match = _STRINGS[quote, multi].match(text, at)
+        if match is None:
+            what = "a multi-line string is never closed" if multi else "a string is not closed on its line"
+            raise self.fail(at, what)
+        return Node("string", at, match.end(), decode_string(match.group()))
 
     def array(self, start: int) -> Node:
         items: list[Node] = []

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import signal
+import socket
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any, Protocol
@@ -37,6 +38,7 @@ from mcp_loop_guard.proxy.downstream.http.fronts import (
     relayed_upstream,
     sdk_front,
 )
+from mcp_loop_guard.proxy.downstream.http.listen import listen
 from mcp_loop_guard.proxy.downstream.http.middleware import AuthGuard, BodyGuard, HostGuard, security_settings
 from mcp_loop_guard.proxy.downstream.http.protocol import OnceInAWhile, protocol_class, raise_open_file_limit
 from mcp_loop_guard.proxy.downstream.http.translating import START_TIMEOUT
@@ -193,21 +195,26 @@ async def _watch_signals(stop: _Stop) -> None:
             stop.main.cancel()
 
 
-async def run_http(plan: Plan, first: ChildProcess | None = None) -> int:
+async def run_http(plan: Plan, first: ChildProcess | None = None, listeners: Sequence[socket.socket] = ()) -> int:
     """Start every upstream, then serve until a signal says stop; 128 + the signal, or 0.
 
-    ``first``: the one stdio server's child, when it was started before the event loop.
+    ``first``: the one stdio server's child, when it was started before the event loop;
+    ``listeners``: sockets bound to the guard's address (bound here, before any upstream, if none).
+
+    Raises:
+        ListenError: no ``listeners`` were given and the address cannot be listened on.
     """
+    sockets = list(listeners) or listen(plan.settings.host, plan.settings.port)
     stop = _Stop()
     async with anyio.create_task_group() as outer:
         outer.start_soon(_watch_signals, stop)
         with stop.main:
-            await _serve(plan, stop, first)
+            await _serve(plan, stop, first, sockets)
         outer.cancel_scope.cancel()
     return 128 + stop.received[0] if stop.received else 0
 
 
-async def _serve(plan: Plan, stop: _Stop, first: ChildProcess | None) -> None:
+async def _serve(plan: Plan, stop: _Stop, first: ChildProcess | None, sockets: list[socket.socket]) -> None:
     settings = plan.settings
     metrics = Metrics()
     logging.getLogger("asyncio").addFilter(OnceInAWhile())
@@ -246,5 +253,5 @@ async def _serve(plan: Plan, stop: _Stop, first: ChildProcess | None) -> None:
             stop.server = _Uvicorn(config)
             async with sessions.running():
                 logger.info("serving MCP over %s on http://%s:%d", settings.transport, settings.host, settings.port)
-                await stop.server.serve()
+                await stop.server.serve(sockets)
             tg.cancel_scope.cancel()
