@@ -24,13 +24,21 @@ from typing import Protocol, TypeVar
 from mcp_loop_guard import codec
 from mcp_loop_guard.core.state import State, StateFormatError
 
-__all__ = ["KeyInfo", "Owner", "Store", "StoreError", "process_start_time"]
+__all__ = ["KeyInfo", "Owner", "Store", "StoreError", "StoreSetupError", "process_start_time"]
 
 R = TypeVar("R")
 
 
 class StoreError(Exception):
     """The store could not be reached or written in time; the message says why, for logs."""
+
+
+class StoreSetupError(StoreError):
+    """The store asked for cannot be had at all (a missing package, a path another user could write, a bad URL).
+
+    A start-up error: a guard on another store than the one asked for (a fleet on memory
+    shares nothing) would be worse than no guard.
+    """
 
 
 @dataclass(frozen=True, slots=True)

@@ -20,7 +20,7 @@ from typing import Any, TypeVar
 import anyio
 
 from mcp_loop_guard.core.state import State
-from mcp_loop_guard.store.base import KeyInfo, Owner, StoreError, read_state, wall_clock, write_state
+from mcp_loop_guard.store.base import KeyInfo, Owner, StoreError, StoreSetupError, read_state, wall_clock, write_state
 
 logger = logging.getLogger(__name__)
 
@@ -54,22 +54,20 @@ class RedisStore:
         """Prepare a connection pool (connections open on first use and reopen after failures).
 
         Raises:
-            StoreError: the ``redis`` package is missing or the URL is not a Redis URL.
+            StoreSetupError: the ``redis`` package is missing or the URL is not a Redis URL.
         """
         try:
             import redis.asyncio  # noqa: PLC0415 - optional dependency, loaded only when configured
         except ImportError as exc:
-            msg = (
-                "LOOP_GUARD_STATE is a Redis URL but the redis package is missing: pip install 'mcp-loop-guard[redis]'"
-            )
-            raise StoreError(msg) from exc
+            msg = "the redis package is not installed: pip install 'mcp-loop-guard[redis]'"
+            raise StoreSetupError(msg) from exc
         try:
             self._redis: Any = redis.asyncio.Redis.from_url(
                 url, socket_timeout=timeout, socket_connect_timeout=timeout, decode_responses=True
             )
         except ValueError as exc:
             msg = f"not a Redis URL: {exc}"
-            raise StoreError(msg) from exc
+            raise StoreSetupError(msg) from exc
         self._cas: Any = self._redis.register_script(_CAS)
         self._timeout = timeout
         self._clock = clock

@@ -10,6 +10,10 @@ A key claimed by a guard (a stdio guard's agent) is written to its live file ins
 system call per event (:mod:`.live`), and to its row when the guard lets it go. A guard that
 died holding a key leaves the file: the next claim of that key, or any guard's claim once a
 purge is due, folds it into the row.
+
+The file, its directory and its live files are this user's alone
+(:mod:`mcp_loop_guard.private_files`): a path another user could write is refused when the
+store is opened.
 """
 
 from __future__ import annotations
@@ -24,7 +28,17 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from mcp_loop_guard.core.state import State
-from mcp_loop_guard.store.base import KeyInfo, Owner, StoreError, read_state, state_bytes, wall_clock, write_state
+from mcp_loop_guard.private_files import UnsafePathError, check_private_file, open_private, private_directory
+from mcp_loop_guard.store.base import (
+    KeyInfo,
+    Owner,
+    StoreError,
+    StoreSetupError,
+    read_state,
+    state_bytes,
+    wall_clock,
+    write_state,
+)
 from mcp_loop_guard.store.live import LiveFile, LiveFiles, Record
 
 logger = logging.getLogger(__name__)
@@ -69,6 +83,7 @@ class SqliteStore:
         """Open (or create) the file; ``timeout`` bounds the wait for a busy file.
 
         Raises:
+            StoreSetupError: the file, its directory or its live files could be written by another user.
             StoreError: the file cannot be created or opened.
         """
         self.path = path
@@ -76,15 +91,17 @@ class SqliteStore:
         self._clock = clock
         self._next_purge = 0.0
         self._next_sweep = 0.0
-        self._db = self._open()
         self._live = LiveFiles(path.with_name(f"{path.name}-live"))
+        self._db = self._open()
         self._held: dict[str, LiveFile] = {}
         """Keys this store claimed, written to their live files."""
 
     def _open(self) -> sqlite3.Connection:
         try:
-            self.path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+            self._check_files()
             db = sqlite3.connect(self.path, timeout=self._timeout, isolation_level=None, check_same_thread=False)
+        except UnsafePathError as exc:
+            raise StoreSetupError(str(exc)) from exc
         except (OSError, sqlite3.Error) as exc:
             msg = f"cannot open the state file {self.path}: {exc}"
             raise StoreError(msg) from exc
@@ -102,6 +119,19 @@ class SqliteStore:
             db.close()
             return self._replace_corrupt(exc)
         return db
+
+    def _check_files(self) -> None:
+        """The directory (made 0700 if missing), the file (made 0600), its companions and live files: ours alone.
+
+        SQLite opens the file and its companions (``-wal``, ``-shm``) by name, following links:
+        in a directory only this user can write, nobody can plant or swap them.
+        """
+        private_directory(self.path.parent)
+        os.close(open_private(self.path, os.O_RDONLY | os.O_CREAT))
+        for suffix in ("-wal", "-shm", "-journal"):
+            check_private_file(Path(f"{self.path}{suffix}"))
+        if os.path.isdir(self._live.directory) or os.path.islink(self._live.directory):
+            private_directory(self._live.directory, create=False)  # anything else: no live files (a warning at claim)
 
     def _replace_corrupt(self, exc: Exception) -> sqlite3.Connection:
         aside = self.path.with_name(f"{self.path.name}.corrupt-{int(self._clock())}")
