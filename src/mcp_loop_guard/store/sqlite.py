@@ -13,12 +13,14 @@ purge is due, folds it into the row.
 
 The file, its directory and its live files are this user's alone
 (:mod:`mcp_loop_guard.private_files`): a path another user could write is refused when the
-store is opened.
+store is opened, and a row that does not read as a state (planted, or of another version) is
+an absent one.
 """
 
 from __future__ import annotations
 
 import logging
+import math
 import os
 import sqlite3
 import sys
@@ -34,8 +36,11 @@ from mcp_loop_guard.store.base import (
     Owner,
     StoreError,
     StoreSetupError,
+    read_owner,
     read_state,
+    real_number,
     state_bytes,
+    stored_state,
     wall_clock,
     write_state,
 )
@@ -179,12 +184,7 @@ class SqliteStore:
         """The key's state, or None when absent, expired or unreadable."""
         with self._errors():
             row = self._db.execute("SELECT state, expires FROM agents WHERE key = ?", (key,)).fetchone()
-        if row is None or row[1] <= self._clock():
-            return None
-        state = read_state(row[0])
-        if state is None:
-            logger.warning("the stored loop state of one agent was unreadable; it starts afresh")
-        return state
+        return _row_state(key, row, self._clock())
 
     async def save(self, key: str, state: State, ttl: float) -> None:
         """Write the key's state: to its live file when this store claimed it, else its row (one short transaction)."""
@@ -208,7 +208,7 @@ class SqliteStore:
         now = self._clock()
         with self._transaction() as db:
             row = db.execute("SELECT state, expires FROM agents WHERE key = ?", (key,)).fetchone()
-            state = (read_state(row[0]) if row is not None and row[1] > now else None) or State()
+            state = _row_state(key, row, now) or State()
             result = fold(state)
             db.execute(_UPSERT, (key, write_state(state), now + ttl))
         return state, result
@@ -245,8 +245,8 @@ class SqliteStore:
 
     @staticmethod
     def _fold(db: sqlite3.Connection, record: Record | None, now: float) -> None:
-        """Write a live file's record into its row (an expired one is not worth keeping)."""
-        if record is not None and record.expires > now:
+        """Write a live file's record into its row (an expired one is not worth keeping, nor one that never expires)."""
+        if record is not None and now < record.expires < math.inf:
             db.execute(_UPSERT, (record.key, record.state, record.expires))
 
     def _sweep(self, db: sqlite3.Connection, now: float) -> None:
@@ -301,12 +301,13 @@ class SqliteStore:
                 "FROM agents a LEFT JOIN owners o ON o.key = a.key WHERE a.expires > ? ORDER BY a.key",
                 (now,),
             ).fetchall()
-            found = {
-                str(key): KeyInfo(str(key), read_state(text), float(expires), _owner(host, pid, started, lease))
-                for key, text, expires, host, pid, started, lease in rows
-            }
+            found: dict[str, KeyInfo] = {}
+            for key, text, expires, host, pid, started, lease in rows:
+                until = real_number(expires)  # a row whose expiry is not a number is shown, and unreadable
+                state = read_state(text) if until is not None else None
+                found[str(key)] = KeyInfo(str(key), state, until or now, read_owner(host, pid, started, lease))
             for _, record in self._live.records():
-                if record is None or record.expires <= now:
+                if record is None or not now < record.expires < math.inf:
                     continue
                 owner = found[record.key].owner if record.key in found else self._owner_of(record.key)
                 found[record.key] = KeyInfo(record.key, read_state(record.state), record.expires, owner)
@@ -315,7 +316,7 @@ class SqliteStore:
     def _owner_of(self, key: str) -> Owner | None:
         """Who holds ``key`` as the owners table says (inside a transaction, if one is open)."""
         row = self._db.execute("SELECT host, pid, started, lease FROM owners WHERE key = ?", (key,)).fetchone()
-        return _owner(*row) if row is not None else None
+        return read_owner(*row) if row is not None else None
 
     async def reset(self, key: str) -> bool:
         """Delete the key's state (its row, and its live file)."""
@@ -340,8 +341,12 @@ class SqliteStore:
         self._db.close()
 
 
-def _owner(host: Any, pid: Any, started: Any, lease: Any) -> Owner | None:
-    """An owners row as an Owner; None for the NULLs of a key nobody holds."""
-    if host is None:
+def _row_state(key: str, row: tuple[Any, Any] | None, now: float) -> State | None:
+    """A row's state: None when there is none, it has expired, or it does not read (a planted row is an absent one)."""
+    if row is None:
         return None
-    return Owner(str(host), int(pid), float(started), float(lease))
+    text, expires = row
+    until = real_number(expires)
+    if until is not None and until <= now:
+        return None
+    return stored_state(key, text if until is not None else b"")  # an expiry that is no number: unreadable too
