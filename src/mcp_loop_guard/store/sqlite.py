@@ -11,6 +11,12 @@ system call per event (:mod:`.live`), and to its row when the guard lets it go. 
 died holding a key leaves the file: the next claim of that key, or any guard's claim once a
 purge is due, folds it into the row.
 
+Every SQLite call runs in a worker thread, one at a time: another process holding the file's
+lock makes a call wait (then fail with a store error), never the event loop, so ``/healthz``
+and the other agents' calls go on meanwhile. A call waits at most the store's timeout in all,
+its turn included. Only a held key's live-file write stays on the event loop: one ``pwrite``
+into the page cache, which no lock holds up and which costs less than the hop to a thread.
+
 The file, its directory and its live files are this user's alone
 (:mod:`mcp_loop_guard.private_files`): a path another user could write is refused when the
 store is opened, and a row that does not read as a state (planted, or of another version) is
@@ -26,8 +32,12 @@ import sqlite3
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from functools import partial
 from pathlib import Path
 from typing import Any, TypeVar
+
+import anyio
+import anyio.to_thread
 
 from mcp_loop_guard.core.state import State
 from mcp_loop_guard.private_files import UnsafePathError, check_private_file, open_private, private_directory
@@ -85,7 +95,9 @@ class SqliteStore:
     shared = False
 
     def __init__(self, path: Path, *, timeout: float = 0.25, clock: Callable[[], float] = wall_clock) -> None:
-        """Open (or create) the file; ``timeout`` bounds the wait for a busy file.
+        """Open (or create) the file; ``timeout`` bounds each wait for a busy file.
+
+        This waits on the file: a running guard calls it from a worker thread.
 
         Raises:
             StoreSetupError: the file, its directory or its live files could be written by another user.
@@ -100,8 +112,12 @@ class SqliteStore:
         self._db = self._open()
         self._held: dict[str, LiveFile] = {}
         """Keys this store claimed, written to their live files."""
+        self._turn = anyio.Lock()
+        """Held while a worker thread uses the connection."""
 
     def _open(self) -> sqlite3.Connection:
+        self._busy = self._timeout
+        """SQLite's wait for a locked file now, in seconds (cut short for a call that waited for its turn)."""
         try:
             self._check_files()
             db = sqlite3.connect(self.path, timeout=self._timeout, isolation_level=None, check_same_thread=False)
@@ -180,8 +196,43 @@ class SqliteStore:
         self._next_purge = now + PURGE_EVERY
         self._db.execute("DELETE FROM agents WHERE expires <= ?", (now,))
 
+    async def _run(self, work: Callable[[], R]) -> R:
+        """``work`` (SQLite calls) in a worker thread, after the calls before it, all within the store's timeout.
+
+        The wait for a turn and SQLite's wait for a locked file together take at most the
+        timeout: calls queued behind one waiting on another process's lock fail with it,
+        rather than each waiting in turn.
+
+        Raises:
+            StoreError: no turn in time (the file is busy), or ``work``'s own.
+        """
+        deadline = anyio.current_time() + self._timeout
+        acquired = False
+        with anyio.move_on_after(self._timeout):
+            await self._turn.acquire()
+            acquired = True
+        if not acquired:
+            msg = f"state file {self.path}: busy (earlier calls are still waiting on it)"
+            raise StoreError(msg)
+        try:
+            return await anyio.to_thread.run_sync(self._within, deadline - anyio.current_time(), work)
+        finally:
+            self._turn.release()
+
+    def _within(self, seconds: float, work: Callable[[], R]) -> R:
+        """Run ``work`` with SQLite's wait for a locked file cut to ``seconds`` (the full timeout when most is left)."""
+        wait = self._timeout if seconds >= 0.9 * self._timeout else max(0.0, seconds)
+        if wait != self._busy:
+            with self._errors():
+                self._db.execute(f"PRAGMA busy_timeout = {int(wait * 1000)}")
+            self._busy = wait
+        return work()
+
     async def load(self, key: str) -> State | None:
         """The key's state, or None when absent, expired or unreadable."""
+        return await self._run(partial(self._load, key))
+
+    def _load(self, key: str) -> State | None:
         with self._errors():
             row = self._db.execute("SELECT state, expires FROM agents WHERE key = ?", (key,)).fetchone()
         return _row_state(key, row, self._clock())
@@ -199,12 +250,18 @@ class SqliteStore:
                 held.close(remove=True)
             else:
                 return
+        await self._run(partial(self._save, key, write_state(state), now, now + ttl))
+
+    def _save(self, key: str, text: str, now: float, expires: float) -> None:
         with self._errors():
-            self._db.execute(_UPSERT, (key, write_state(state), now + ttl))
+            self._db.execute(_UPSERT, (key, text, expires))
             self._purge(now)
 
     async def update(self, key: str, fold: Callable[[State], R], ttl: float) -> tuple[State, R]:
         """Read, fold and write inside one write transaction: no other process can interleave."""
+        return await self._run(partial(self._update, key, fold, ttl))
+
+    def _update(self, key: str, fold: Callable[[State], R], ttl: float) -> tuple[State, R]:
         now = self._clock()
         with self._transaction() as db:
             row = db.execute("SELECT state, expires FROM agents WHERE key = ?", (key,)).fetchone()
@@ -215,6 +272,9 @@ class SqliteStore:
 
     async def claim(self, base: str, owner: Owner, ttl: float) -> tuple[str, bool]:
         """Claim the first free slot of ``base`` in one transaction, so two guards starting together differ."""
+        return await self._run(partial(self._claim, base, owner))
+
+    def _claim(self, base: str, owner: Owner) -> tuple[str, bool]:
         now = self._clock()
         with self._transaction() as db:
             slot = 1
@@ -271,6 +331,9 @@ class SqliteStore:
 
         When the file cannot be written, the live file stays: the next claim of the key folds it.
         """
+        await self._run(partial(self._release, key, owner))
+
+    def _release(self, key: str, owner: Owner) -> None:
         held = self._held.pop(key, None)
         try:
             with self._transaction() as db:
@@ -286,6 +349,9 @@ class SqliteStore:
 
     async def renew(self, key: str, owner: Owner) -> None:
         """Move the lease on."""
+        await self._run(partial(self._renew, key, owner))
+
+    def _renew(self, key: str, owner: Owner) -> None:
         with self._errors():
             self._db.execute(
                 "UPDATE owners SET lease = ? WHERE key = ? AND host = ? AND pid = ?",
@@ -294,6 +360,9 @@ class SqliteStore:
 
     async def keys(self) -> list[KeyInfo]:
         """Every unexpired key, with its owner; a key in a live file as its guard wrote it last."""
+        return await self._run(self._keys)
+
+    def _keys(self) -> list[KeyInfo]:
         now = self._clock()
         with self._errors():
             rows = self._db.execute(
@@ -320,6 +389,9 @@ class SqliteStore:
 
     async def reset(self, key: str) -> bool:
         """Delete the key's state (its row, and its live file)."""
+        return await self._run(partial(self._reset, key))
+
+    def _reset(self, key: str) -> bool:
         held = self._held.pop(key, None)
         if held is not None:
             held.close(remove=False)
@@ -328,7 +400,14 @@ class SqliteStore:
         return self._live.remove(key) or had_row
 
     async def aclose(self) -> None:
-        """Write the keys still held to their rows (their live files go), then close the file."""
+        """Write the keys still held to their rows (their live files go), then close the file.
+
+        Waits for the call in progress, if any (each is bounded by the busy timeout).
+        """
+        async with self._turn:
+            await anyio.to_thread.run_sync(self._within, self._timeout, self._close)
+
+    def _close(self) -> None:
         held, self._held = self._held, {}
         for live in held.values():
             try:
