@@ -13,7 +13,7 @@ import os
 import shlex
 import socket
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Coroutine, Sequence
 from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -42,7 +42,8 @@ examples:
   mcp-loop-guard wrap --client claude-desktop      (then --write; see `mcp-loop-guard wrap --help`)
 
 exit codes: 0 client closed the session, 1 the upstream could not be started,
-2 bad usage or settings (an HTTP port in use too), 3 the session was aborted for looping.
+2 bad usage or settings (an HTTP port in use, a state store or event log that cannot be used
+included), 3 the session was aborted for looping.
 """
 
 
@@ -358,7 +359,32 @@ def _start(args_list: list[str], early: ChildProcess | UpstreamStartError | None
     first = early if early is not None and decided.single_stdio is not None else None
     if first is not None:
         first.adopted = True
-    return anyio.run(partial(serve, decided, first, listeners))
+    return _serve_or_refuse(partial(serve, decided, first, listeners), first)
+
+
+def _serve_or_refuse(serving: Callable[[], Coroutine[Any, Any, int]], first: ChildProcess | None) -> int:
+    """Serve; a state store or event log that cannot be had is one line on stderr and exit 2, no traceback."""
+    from mcp_loop_guard.private_files import UnsafePathError  # noqa: PLC0415 - loaded after the upstream has started
+    from mcp_loop_guard.store import StoreSetupError  # noqa: PLC0415
+
+    refused: list[BaseException] = []
+    try:
+        return anyio.run(serving)
+    except* (StoreSetupError, UnsafePathError) as group:
+        refused = _leaves(group)
+    if first is not None:
+        first.kill_now()
+    print(f"mcp-loop-guard: error: {refused[0]}", file=sys.stderr)
+    return EXIT_USAGE
+
+
+def _leaves(group: BaseExceptionGroup[BaseException]) -> list[BaseException]:
+    """The exceptions in a group, nested groups opened."""
+    return [
+        leaf
+        for error in group.exceptions
+        for leaf in (_leaves(error) if isinstance(error, BaseExceptionGroup) else [error])
+    ]
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -21,7 +21,16 @@ import anyio
 from rich.console import Console
 from rich.table import Table
 
-from mcp_loop_guard.store import KeyInfo, Store, StoreError, describe_store, open_store, sqlite_path, store_kind
+from mcp_loop_guard.store import (
+    KeyInfo,
+    Store,
+    StoreError,
+    StoreSetupError,
+    describe_store,
+    open_store,
+    sqlite_path,
+    store_kind,
+)
 
 __all__ = ["main"]
 
@@ -29,6 +38,7 @@ EXIT_OK = 0
 EXIT_NOT_FOUND = 1
 """``reset``: no such key; both commands: the store could not be read."""
 EXIT_USAGE = 2
+"""Bad usage, or a store that cannot be used at all (a missing package, a path another user could write)."""
 TIMEOUT = 5.0
 """Seconds one store operation may take: an operator waits, not an agent."""
 PIPED_WIDTH = 400
@@ -43,7 +53,8 @@ def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="mcp-loop-guard state",
         description="List the agents whose loop state the store keeps, or reset one so it is served again.",
-        epilog="exit codes: 0 done, 1 no such key (reset) or the store could not be read, 2 bad usage.",
+        epilog="exit codes: 0 done, 1 no such key (reset) or the store could not be read, 2 bad usage or a store "
+        "that cannot be used (a missing package, a path another user could write).",
     )
     state_help = "the store: sqlite, sqlite:///path, redis://host:port/db (default: LOOP_GUARD_STATE, else sqlite)"
     commands = parser.add_subparsers(dest="command", required=True, metavar="{list,reset}")
@@ -70,6 +81,11 @@ def main(argv: Sequence[str]) -> int:
         return _usage(parser, f"--state / LOOP_GUARD_STATE: {exc}")
     if kind == "memory":
         return _usage(parser, "memory state lives inside each guard process: give a sqlite or redis store")
+    return _run(spec, args)
+
+
+def _run(spec: str, args: argparse.Namespace) -> int:
+    """The command on the store; a store that fails is one line on stderr."""
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(logging.Formatter("mcp-loop-guard: %(levelname)s %(message)s"))
     logger.addHandler(handler)
@@ -77,6 +93,9 @@ def main(argv: Sequence[str]) -> int:
         if args.command == "list":
             return anyio.run(_list, spec, args.json)
         return anyio.run(_reset, spec, args.key)
+    except StoreSetupError as exc:
+        print(f"mcp-loop-guard: error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
     except StoreError as exc:
         print(f"mcp-loop-guard: error: {describe_store(spec)}: {exc}", file=sys.stderr)
         return EXIT_NOT_FOUND

@@ -9,10 +9,11 @@ from mcp_loop_guard.core.arguments import NO_RULES, ArgumentRules
 from mcp_loop_guard.core.budget import Budget
 from mcp_loop_guard.core.model import Mode
 from mcp_loop_guard.core.scrub import ScrubRules
-from mcp_loop_guard.core.state import MAX_WINDOW
 
 MAX_CYCLE_PERIOD = 8
 """The longest cycle the state can remember; each period costs one remembered call."""
+MAX_WINDOW = 64
+"""The longest window of recent calls a policy may ask for (``recurring_window``)."""
 
 
 @dataclass(frozen=True, slots=True)

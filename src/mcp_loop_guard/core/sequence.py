@@ -13,7 +13,10 @@ current streaks of one error and of one result.
 
 from __future__ import annotations
 
+import re
 from typing import Final
+
+from xxhash import xxh3_64
 
 from mcp_loop_guard.core.policy import Policy
 from mcp_loop_guard.core.state import (
@@ -52,6 +55,7 @@ RESULT: Final = TOKEN - DIGEST - 1
 """Hex digits of a result kept in a window token: enough to tell one call's results apart."""
 _HELD, _WRITE, _ERROR, _WAIT = 1, 2, 4, 8
 """Flags of a window token, as one hex digit after the call and result digits."""
+_HEX16: Final = re.compile(r"[0-9a-f]{16}")
 _DIGITS: Final = tuple(f"{flags:x}" for flags in range(16))
 _HELDS: Final = frozenset(d for flags, d in enumerate(_DIGITS) if flags & _HELD)
 _ERRORS: Final = frozenset(d for flags, d in enumerate(_DIGITS) if flags & _ERROR)
@@ -122,12 +126,20 @@ def fold(state: State, entry: Entry, copies: int, failures: int | None = None) -
 def _remember(state: State, entry: Entry) -> bool:
     """Add the entry's token to the window. Returns whether the world may have changed for what comes after:
     a wait, or a write that succeeded and was not seen in the window."""
-    mine = entry.call + entry.result[:RESULT]
+    mine = _fixed(entry.call) + _fixed(entry.result)[:RESULT]
     fresh_write = entry.acts and not entry.error and not _holds(state.window, mine)
     changed = entry.waits or fresh_write
     flags = (_HELD * entry.held) | (_WRITE * fresh_write) | (_ERROR * entry.error) | (_WAIT * entry.waits)
     state.window += mine + _DIGITS[flags]  # :func:`size` trims it to the session's window
     return changed
+
+
+def _fixed(key: str) -> str:
+    """A fingerprint as the window keeps it: 16 lower-case hex digits (a recorded key of another shape is
+    hashed to that, so that tokens keep their width)."""
+    if len(key) == DIGEST and _HEX16.fullmatch(key):
+        return key
+    return xxh3_64(key.encode("utf-8", "surrogatepass")).hexdigest()
 
 
 def _holds(window: str, prefix: str) -> bool:
@@ -149,6 +161,7 @@ def recurrences(state: State, call: str, *, through_writes: bool = False) -> tup
     the same answer after new edits is worth a warning, not a refusal).
     """
     window = state.window
+    call = _fixed(call)
     position = window.rfind(call)
     if position < 0:
         return 0, "", False  # the common case, found at C speed

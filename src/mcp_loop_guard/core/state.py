@@ -9,16 +9,18 @@ calls of one agent apart; state stores keep :meth:`State.dumps`, a compact JSON 
 from __future__ import annotations
 
 import json
-import math
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Final
+from typing import Any, Final, TypeVar
+
+from mcp_loop_guard.core.budget import MAX_BUDGETS
+from mcp_loop_guard.core.policy import MAX_CYCLE_PERIOD, MAX_WINDOW
 
 __all__ = [
     "DIGEST",
     "MAX_PACE",
     "MAX_REFUSED",
-    "MAX_WINDOW",
     "TOKEN",
     "Batch",
     "Entry",
@@ -38,15 +40,17 @@ MAX_MEMBERS: Final = 32
 """Distinct calls counted per open batch; a burst of more distinct calls is not a burst of one."""
 MAX_BATCHES: Final = 8
 """Open batches kept; the oldest is settled when a new one would exceed this."""
+MAX_FIELDS: Final = 16
+"""Items of one record in the wire form (an entry, a batch...): later versions may append some."""
 MAX_PACE: Final = 8
 """Idle gaps remembered to know the agent's rhythm."""
-MAX_WINDOW: Final = 64
-"""Longest window of recent calls a policy may ask for (``recurring_window``)."""
+MAX_REFUSED: Final = 8
+"""Refused calls remembered per request window, to let each through once in the next."""
 TOKEN: Final = DIGEST + 8 + 1
 """Characters of one call in the window: its loose fingerprint, 8 digits of its result's, one of flags."""
 _HEX: Final = re.compile(r"[0-9a-f]*")
-MAX_REFUSED: Final = 8
-"""Refused calls remembered per request window, to let each through once in the next."""
+
+_T = TypeVar("_T")
 
 
 class StateFormatError(ValueError):
@@ -175,7 +179,7 @@ class State:
         """
         try:
             wire = json.loads(text)
-        except ValueError as exc:
+        except (ValueError, RecursionError) as exc:
             msg = f"unreadable loop state: {exc}"
             raise StateFormatError(msg) from None
         return cls.from_wire(wire)
@@ -184,17 +188,19 @@ class State:
     def from_wire(cls, wire: object) -> State:
         """Read the parsed form of :meth:`dumps` (stores parse it with a faster JSON library).
 
+        Total over JSON values: anything that is not a state :meth:`wire` could have written (a
+        container of the wrong type, a count that is negative, not finite or absurdly large, more
+        entries than the state ever keeps) raises StateFormatError, so a record planted in a store
+        can neither crash a guard nor hand the detector a state it could not have built. The error
+        names the field, never the value.
+
         Raises:
             StateFormatError: the value is not a state of this format.
         """
         if not isinstance(wire, dict) or wire.get("v") != FORMAT:
             msg = "not a loop state of this version"
             raise StateFormatError(msg)
-        try:
-            return cls._from_wire(wire)
-        except (ValueError, TypeError, KeyError, IndexError) as exc:
-            msg = f"unreadable loop state: {exc}"
-            raise StateFormatError(msg) from None
+        return _read_state(cls, wire)
 
     def wire(self) -> dict[str, Any]:
         """The state as plain JSON values (what :meth:`dumps` encodes)."""
@@ -227,28 +233,6 @@ class State:
             wire["u"] = {key: [start, count] for key, (start, count) in self.budget_use.items()}
         return wire
 
-    @classmethod
-    def _from_wire(cls, wire: dict[str, Any]) -> State:
-        error = wire.get("e")
-        same = wire.get("s")
-        return cls(
-            history=[_read_entry(entry) for entry in wire["h"]],
-            runs=[int(n) for n in wire["r"]],
-            error=ErrorStreak(str(error[0]), str(error[1]), int(error[2])) if error else None,
-            same=SameResult(str(same[0]), str(same[1]), int(same[2]), str(same[3]), int(same[4])) if same else None,
-            effects={str(k): (str(v[0]), int(v[1])) for k, v in wire.get("x", {}).items()},
-            pace=[_seconds(gap) for gap in _list(wire.get("p", []))[-MAX_PACE:]],
-            window=_window(wire.get("w", "")),
-            refused=[str(key) for key in _list(wire.get("f", []))[-MAX_REFUSED:]],
-            probes=[str(key) for key in _list(wire.get("o", []))[-MAX_REFUSED:]],
-            blocks=int(wire.get("b", 0)),
-            idle_since=float(wire["i"]) if "i" in wire else None,
-            batches=[_read_batch(b) for b in wire.get("B", [])],
-            next_batch=int(wire.get("n", 1)),
-            last_verdict=str(wire.get("l", "")),
-            budget_use={str(k): (float(v[0]), int(v[1])) for k, v in wire.get("u", {}).items()},
-        )
-
 
 def _entry(entry: Entry) -> list[Any]:
     flags = int(entry.error) | (2 if entry.acts else 0) | (4 if entry.waits else 0) | (8 if entry.held else 0)
@@ -256,36 +240,6 @@ def _entry(entry: Entry) -> list[Any]:
     if entry.gap:
         wire.append(entry.gap)
     return wire
-
-
-def _read_entry(wire: list[Any]) -> Entry:
-    flags = int(wire[3])
-    gap = _seconds(wire[4]) if len(wire) > 4 else 0.0  # absent from states written by earlier versions
-    error, acts, waits, held = (bool(flags & bit) for bit in (1, 2, 4, 8))
-    return Entry(str(wire[0]), str(wire[1]), str(wire[2]), error, acts, waits, held, gap)
-
-
-def _seconds(value: object) -> float:
-    seconds = float(value)  # type: ignore[arg-type]
-    if not math.isfinite(seconds):
-        msg = f"not a number of seconds: {value!r}"
-        raise ValueError(msg)
-    return seconds
-
-
-def _window(value: object) -> str:
-    """A stored window: whole tokens of hex digits, at most :data:`MAX_WINDOW` of them."""
-    if not isinstance(value, str) or len(value) % TOKEN or not _HEX.fullmatch(value):
-        msg = "not a window of calls"
-        raise ValueError(msg)
-    return value[-MAX_WINDOW * TOKEN :]
-
-
-def _list(value: object) -> list[Any]:
-    if not isinstance(value, list):
-        msg = f"expected a list, got {type(value).__name__}"
-        raise TypeError(msg)
-    return value
 
 
 def _batch(batch: Batch) -> list[Any]:
@@ -305,22 +259,136 @@ def _batch(batch: Batch) -> list[Any]:
     ]
 
 
-def _read_batch(wire: list[Any]) -> Batch:
-    ident, live, closed, touched, members, done, last, gap, held = wire[:9]
-    refused = wire[9] if len(wire) > 9 else {}  # absent from states written by earlier versions
-    last_done = str(wire[10]) if len(wire) > 10 else (last[1] + last[2] if last else "")
-    failed = wire[11] if len(wire) > 11 else {}
+# --- reading, checked ---------------------------------------------------------------------------
+
+MAX_COUNT: Final = 2**53
+"""The largest count a state holds (an exact float too): far beyond any real one."""
+MAX_SECONDS: Final = 1e11
+"""The largest time or gap, in seconds, a state holds (the year 5138, as seconds since the epoch)."""
+
+
+def _read_state(cls: type[State], wire: dict[str, Any]) -> State:
+    history = _list(wire.get("h"), "h", MAX_CYCLE_PERIOD)
+    refused, probes = _list(wire.get("f", []), "f", MAX_REFUSED), _list(wire.get("o", []), "o", MAX_REFUSED)
+    error = wire.get("e")
+    same = wire.get("s")
+    return cls(
+        history=[_read_entry(entry, "h") for entry in history],
+        runs=[_count(n, "r") for n in _list(wire.get("r"), "r", MAX_CYCLE_PERIOD)],
+        error=_read_error(error) if error is not None else None,
+        same=_read_same(same) if same is not None else None,
+        effects={key: _pair(value, "x", _text) for key, value in _object(wire.get("x", {}), "x", MAX_EFFECTS).items()},
+        pace=[_seconds(gap, "p") for gap in _list(wire.get("p", []), "p", MAX_PACE)],
+        window=_window(wire.get("w", "")),
+        refused=[_text(key, "f") for key in refused],
+        probes=[_text(key, "o") for key in probes],
+        blocks=_count(wire.get("b", 0), "b"),
+        idle_since=_seconds(wire["i"], "i") if wire.get("i") is not None else None,
+        batches=[_read_batch(batch) for batch in _list(wire.get("B", []), "B", MAX_BATCHES)],
+        next_batch=_count(wire.get("n", 1), "n"),
+        last_verdict=_text(wire.get("l", ""), "l"),
+        budget_use={
+            key: _pair(value, "u", _seconds) for key, value in _object(wire.get("u", {}), "u", MAX_BUDGETS).items()
+        },
+    )
+
+
+def _bad(field: str, what: str) -> StateFormatError:
+    return StateFormatError(f"unreadable loop state: {field!r} {what}")
+
+
+def _list(value: object, field: str, most: int, least: int = 0) -> list[Any]:
+    if not isinstance(value, list):
+        raise _bad(field, "is not a list")
+    if not least <= len(value) <= most:
+        raise _bad(field, f"holds {len(value)} items (from {least} to {most} expected)")
+    return value
+
+
+def _object(value: object, field: str, most: int) -> dict[str, Any]:
+    if not isinstance(value, dict):
+        raise _bad(field, "is not an object")
+    if len(value) > most:
+        raise _bad(field, f"holds {len(value)} members (at most {most} expected)")
+    return value
+
+
+def _text(value: object, field: str) -> str:
+    if not isinstance(value, str):
+        raise _bad(field, "holds a value that is not a string")
+    return value
+
+
+def _count(value: object, field: str) -> int:
+    if isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= MAX_COUNT:
+        return value
+    raise _bad(field, f"holds a value that is not a count from 0 to {MAX_COUNT}")
+
+
+def _seconds(value: object, field: str) -> float:
+    if isinstance(value, int | float) and not isinstance(value, bool) and -MAX_SECONDS <= value <= MAX_SECONDS:
+        return float(value)  # NaN fails the comparisons, as infinities do
+    raise _bad(field, f"holds a value that is not a number of seconds within {MAX_SECONDS:g}")
+
+
+def _flag(value: object, field: str) -> bool:
+    if value in (0, 1) and isinstance(value, int) and not isinstance(value, bool):
+        return bool(value)
+    raise _bad(field, "holds a flag that is not 0 or 1")
+
+
+def _pair(value: object, field: str, first: Callable[[object, str], _T]) -> tuple[_T, int]:
+    item = _list(value, field, MAX_FIELDS, 2)
+    return first(item[0], field), _count(item[1], field)
+
+
+def _counts(value: object, field: str) -> dict[str, int]:
+    return {key: _count(n, field) for key, n in _object(value, field, MAX_MEMBERS).items()}
+
+
+def _read_entry(value: object, field: str) -> Entry:
+    item = _list(value, field, MAX_FIELDS, 4)
+    flags = _count(item[3], field)
+    if flags > 15:
+        raise _bad(field, "holds flags other than error (1), acts (2), waits (4) and held (8)")
+    gap = _seconds(item[4], field) if len(item) > 4 else 0.0  # absent from states written by earlier versions
+    error, acts, waits, held = (bool(flags & bit) for bit in (1, 2, 4, 8))
+    return Entry(_text(item[0], field), _text(item[1], field), _text(item[2], field), error, acts, waits, held, gap)
+
+
+def _window(value: object) -> str:
+    """A stored window: whole tokens of lower-case hex digits, at most :data:`MAX_WINDOW` of them."""
+    if not isinstance(value, str) or len(value) % TOKEN or len(value) > MAX_WINDOW * TOKEN or not _HEX.fullmatch(value):
+        raise _bad("w", f"is not a window of at most {MAX_WINDOW} calls")
+    return value
+
+
+def _read_error(value: object) -> ErrorStreak:
+    item = _list(value, "e", MAX_FIELDS, 3)
+    return ErrorStreak(_text(item[0], "e"), _text(item[1], "e"), _count(item[2], "e"))
+
+
+def _read_same(value: object) -> SameResult:
+    item = _list(value, "s", MAX_FIELDS, 5)
+    return SameResult(
+        _text(item[0], "s"), _text(item[1], "s"), _count(item[2], "s"), _text(item[3], "s"), _count(item[4], "s")
+    )
+
+
+def _read_batch(value: object) -> Batch:
+    item = _list(value, "B", MAX_FIELDS, 9)
+    last = item[6]
     return Batch(
-        id=int(ident),
-        live=int(live),
-        closed=bool(closed),
-        touched=float(touched),
-        members={str(k): int(v) for k, v in members.items()},
-        done={str(k): int(v) for k, v in done.items()},
-        last=_read_entry(last) if last else None,
-        gap=float(gap),
-        held=bool(held),
-        refused={str(k): int(v) for k, v in refused.items()},
-        last_done=last_done,
-        failed={str(k): int(v) for k, v in failed.items()},
+        id=_count(item[0], "B"),
+        live=_count(item[1], "B"),
+        closed=_flag(item[2], "B"),
+        touched=_seconds(item[3], "B"),
+        members=_counts(item[4], "B"),
+        done=_counts(item[5], "B"),
+        last=_read_entry(last, "B") if last is not None else None,
+        gap=_seconds(item[7], "B"),
+        held=_flag(item[8], "B"),
+        refused=_counts(item[9], "B") if len(item) > 9 else {},  # absent from states written by earlier versions
+        last_done=_text(item[10], "B") if len(item) > 10 else (last[1] + last[2] if isinstance(last, list) else ""),
+        failed=_counts(item[11], "B") if len(item) > 11 else {},
     )

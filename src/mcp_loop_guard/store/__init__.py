@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from mcp_loop_guard.store.agent import AgentLoop, StoreHealth
-from mcp_loop_guard.store.base import KeyInfo, Owner, Store, StoreError
+from mcp_loop_guard.store.base import KeyInfo, Owner, Store, StoreError, StoreSetupError
 from mcp_loop_guard.store.memory import MemoryStore
 from mcp_loop_guard.store.sqlite import FILE_NAME, SqliteStore, default_directory
 
@@ -18,6 +18,7 @@ __all__ = [
     "Store",
     "StoreError",
     "StoreHealth",
+    "StoreSetupError",
     "describe_store",
     "open_store",
     "store_kind",
@@ -51,18 +52,25 @@ def sqlite_path(spec: str) -> Path:
 def open_store(spec: str, *, timeout: float) -> Store:
     """The store a ``LOOP_GUARD_STATE`` value names; ``timeout`` bounds each operation.
 
+    Opening a file waits on it: a running guard calls this from a worker thread.
+
     Raises:
-        StoreError: the store cannot be set up (a file that cannot be created, a missing package).
+        StoreSetupError: the store cannot be had at all (a missing package, a path another user
+            could write); the message names the store asked for.
+        StoreError: the store cannot be opened now (a file that cannot be created).
     """
     kind = store_kind(spec)
-    if kind == "memory":
-        return MemoryStore()
-    if kind == "sqlite":
-        return SqliteStore(sqlite_path(spec), timeout=timeout)
-    from mcp_loop_guard.store.redis import RedisStore  # noqa: PLC0415 - only fleets need it
+    try:
+        if kind == "memory":
+            return MemoryStore()
+        if kind == "sqlite":
+            return SqliteStore(sqlite_path(spec), timeout=timeout)
+        from mcp_loop_guard.store.redis import RedisStore  # noqa: PLC0415 - only fleets need it
 
-    url = spec.replace("valkey://", "redis://", 1).replace("valkeys://", "rediss://", 1)
-    return RedisStore(url, timeout=timeout)
+        url = spec.replace("valkey://", "redis://", 1).replace("valkeys://", "rediss://", 1)
+        return RedisStore(url, timeout=timeout)
+    except StoreSetupError as error:
+        raise StoreSetupError(f"the state store {describe_store(spec)} cannot be used: {error}") from error
 
 
 def describe_store(spec: str) -> str:

@@ -7,6 +7,12 @@ or is slow, each call waits at most the store's timeout, then the guard fails op
 is judged on the state it last saw, and passes if nothing in that state refuses it) or, when
 configured, closed (the call is refused with a message saying why; with an owned key, until
 the store takes a write again); it recovers by itself.
+
+An owned key's write that fails (a file another process holds locked) is not tried again for
+``RETRY_SECONDS``, by any agent of the store: the state stays in memory meanwhile, and the next
+write after that writes all of it. So a stuck store costs one wait now and then, not one per
+call: answers of other agents that wait behind a judged call's write (one upstream shared by
+many agents) keep flowing.
 """
 
 from __future__ import annotations
@@ -26,6 +32,8 @@ logger = logging.getLogger(__name__)
 
 LOG_INTERVAL = 60.0
 """Seconds between two log lines about one failing store."""
+RETRY_SECONDS = 2.0
+"""Seconds after an owned key's failed write before writes are tried again (the state stays in memory)."""
 UNAVAILABLE = (
     "The loop guard cannot reach its state store right now, so this call was not run (the guard is set to "
     "fail closed). Try again in a moment, or give your final answer with what you have."
@@ -49,12 +57,15 @@ class StoreHealth:
     degraded: bool = False
     error: str = ""
     failures: int = 0
+    retry_at: float = 0.0
+    """Until when owned keys' writes are skipped after a failure (wall-clock seconds)."""
     _next_log: float = 0.0
 
     def failed(self, error: StoreError, now: float) -> None:
         """Record a failure; one log line per interval, however many calls fail."""
         self.failures += 1
         self.error = str(error)
+        self.retry_at = now + RETRY_SECONDS
         if not self.degraded or now >= self._next_log:
             logger.warning(
                 "the %s state store is unavailable (%s); %d call(s) judged without it so far",
@@ -120,7 +131,7 @@ class AgentLoop:
                 self.health.recovered()
                 return outcome
         elif self.fail_closed and self.health.degraded:
-            await self._save(now)  # the store must take a write again before a call goes on
+            await self._save(now, retry=True)  # the store must take a write again before a call goes on
             if self.health.degraded:
                 return None, Verdict(Action.BLOCK, call.tool, 0, UNAVAILABLE, self.state.blocks, Family.STORE)
         ticket, verdict = detector.begin(self.state, call, policy, self.session, now)
@@ -164,9 +175,12 @@ class AgentLoop:
     async def flush(self, now: float) -> None:
         """Write the state now (at exit)."""
         if not self.store.shared:
-            await self._save(now)
+            await self._save(now, retry=True)
 
-    async def _save(self, now: float) -> None:
+    async def _save(self, now: float, *, retry: bool = False) -> None:
+        """Write an owned key's state through; skipped for a moment after the store failed, unless ``retry``."""
+        if not retry and self.health.degraded and now < self.health.retry_at:
+            return  # the state stays in memory: the next write after the pause writes all of it
         try:
             await self.store.save(self.key, self.state, self.ttl)
         except StoreError as error:

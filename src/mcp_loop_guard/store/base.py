@@ -13,6 +13,8 @@ from a guard that has exited, so two guards alive at once are two agents.
 
 from __future__ import annotations
 
+import logging
+import math
 import os
 import socket
 import time
@@ -24,13 +26,23 @@ from typing import Protocol, TypeVar
 from mcp_loop_guard import codec
 from mcp_loop_guard.core.state import State, StateFormatError
 
-__all__ = ["KeyInfo", "Owner", "Store", "StoreError", "process_start_time"]
+__all__ = ["KeyInfo", "Owner", "Store", "StoreError", "StoreSetupError", "process_start_time", "read_owner"]
+
+logger = logging.getLogger(__name__)
 
 R = TypeVar("R")
 
 
 class StoreError(Exception):
     """The store could not be reached or written in time; the message says why, for logs."""
+
+
+class StoreSetupError(StoreError):
+    """The store asked for cannot be had at all (a missing package, a path another user could write, a bad URL).
+
+    A start-up error: a guard on another store than the one asked for (a fleet on memory
+    shares nothing) would be worse than no guard.
+    """
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,6 +70,19 @@ class Owner:
         if started is None:
             return False
         return not self.started or abs(started - self.started) < 1e-6
+
+
+MAX_PID = 2**31 - 1
+
+
+def read_owner(host: object, pid: object, started: object, lease: object) -> Owner | None:
+    """A stored owner record; None when nobody holds the key (NULLs) or the record is unreadable (nobody alive does)."""
+    since, until = real_number(started), real_number(lease)
+    if not isinstance(host, str) or since is None or until is None:
+        return None
+    if not isinstance(pid, int) or isinstance(pid, bool) or not 0 < pid <= MAX_PID:
+        return None
+    return Owner(host, pid, since, until)
 
 
 def process_start_time(pid: int) -> float | None:
@@ -129,14 +154,36 @@ class KeyInfo:
         return info
 
 
-def read_state(text: str | bytes | None) -> State | None:
-    """A stored value as a state; an unreadable one starts afresh (it is logged by the caller)."""
-    if text is None:
+def read_state(text: object) -> State | None:
+    """A stored value as a state; None for anything else (not text, not JSON, not a state of this format)."""
+    if not isinstance(text, str | bytes):
         return None
     try:
         return State.from_wire(codec.loads(text))
     except (StateFormatError, ValueError, RecursionError):
         return None
+
+
+def stored_state(key: str, text: object) -> State | None:
+    """:func:`read_state` for a guard: an unreadable record is an absent one, logged (its key, never its contents).
+
+    Each read of it logs once; the agent's next write replaces it.
+    """
+    state = read_state(text)
+    if state is None and text is not None:
+        logger.warning("the stored loop state of agent %r is unreadable; the agent starts afresh", key)
+    return state
+
+
+def real_number(value: object) -> float | None:
+    """A stored time or lease as a float; None for anything else (text, NULL, not finite)."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    try:
+        number = float(value)
+    except OverflowError:  # an integer beyond any float
+        return None
+    return number if math.isfinite(number) else None
 
 
 def write_state(state: State) -> str:

@@ -11,6 +11,9 @@ whose guard died (see :class:`~mcp_loop_guard.store.sqlite.SqliteStore`).
 A record is ``MAGIC, length, CRC-32`` and then the key, its expiry and the state's JSON: a
 record cut short (the machine lost power mid-write) fails its check and is ignored, and the
 row, one event older at worst, stands.
+
+The folder and its files are this user's alone (:mod:`mcp_loop_guard.private_files`): a file
+is never opened through a symbolic link, nor read unless it is a regular file of ours.
 """
 
 from __future__ import annotations
@@ -24,11 +27,15 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from mcp_loop_guard.private_files import open_private, private_directory
+
 __all__ = ["LiveFile", "LiveFiles", "Record"]
 
 MAGIC = b"MLG1"
 _HEAD = struct.Struct("<4sII")
 _EXPIRES = struct.Struct("<d")
+MAX_RECORD = 1 << 20
+"""Bytes of a live file read at most: a record is a few hundred bytes, never a megabyte."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -131,12 +138,12 @@ class LiveFiles:
         """Open (or create) ``key``'s file for rewriting, keeping what it holds until the first write.
 
         Raises:
+            UnsafePathError: the folder or the file could be written by another user, or is a link.
             OSError: the folder or the file cannot be created.
         """
-        self.directory.mkdir(mode=0o700, parents=True, exist_ok=True)
+        private_directory(self.directory)
         path = self.path(key)
-        flags = os.O_RDWR | os.O_CREAT | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_BINARY", 0)
-        fd = os.open(path, flags, 0o600)
+        fd = open_private(path, os.O_RDWR | os.O_CREAT | getattr(os, "O_BINARY", 0))
         return LiveFile(path, fd, key)
 
     def read(self, key: str) -> Record | None:
@@ -163,8 +170,13 @@ class LiveFiles:
 
 
 def _read(path: Path) -> Record | None:
+    """The record in ``path``; None when it holds none, or is not a private file of ours (a link, a FIFO...)."""
     try:
-        with path.open("rb") as file:
-            return decode(file.read())
+        fd = open_private(path, os.O_RDONLY | getattr(os, "O_BINARY", 0))
     except OSError:
         return None
+    with open(fd, "rb") as file:
+        try:
+            return decode(file.read(MAX_RECORD))
+        except OSError:
+            return None

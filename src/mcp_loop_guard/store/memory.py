@@ -6,7 +6,7 @@ from collections.abc import Callable
 from typing import TypeVar
 
 from mcp_loop_guard.core.state import State
-from mcp_loop_guard.store.base import KeyInfo, Owner, read_state, wall_clock, write_state
+from mcp_loop_guard.store.base import KeyInfo, Owner, read_state, stored_state, wall_clock, write_state
 
 R = TypeVar("R")
 
@@ -32,7 +32,7 @@ class MemoryStore:
         if expires <= self._clock():
             del self._values[key]
             return None
-        return read_state(text)
+        return stored_state(key, text)
 
     async def save(self, key: str, state: State, ttl: float) -> None:
         """Keep the state until ``ttl`` seconds from now."""

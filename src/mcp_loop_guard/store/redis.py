@@ -5,6 +5,10 @@ written only if the stored value is still that one (a compare-and-set script); o
 fold is redone on the newer value. One round trip per event when one replica keeps serving an
 agent, two or three when replicas alternate; a count is never lost either way.
 
+Values are read as bytes and parsed here: a value that is not a state (planted, or not even
+UTF-8) is an absent one, while a key holding another type than a string (a hash, a list) makes
+every command on it fail, which is a store failure like Redis being down.
+
 Needs the ``redis`` package (``pip install 'mcp-loop-guard[redis]'``).
 """
 
@@ -20,7 +24,17 @@ from typing import Any, TypeVar
 import anyio
 
 from mcp_loop_guard.core.state import State
-from mcp_loop_guard.store.base import KeyInfo, Owner, StoreError, read_state, wall_clock, write_state
+from mcp_loop_guard.store.base import (
+    KeyInfo,
+    Owner,
+    StoreError,
+    StoreSetupError,
+    read_owner,
+    read_state,
+    state_bytes,
+    stored_state,
+    wall_clock,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -54,26 +68,22 @@ class RedisStore:
         """Prepare a connection pool (connections open on first use and reopen after failures).
 
         Raises:
-            StoreError: the ``redis`` package is missing or the URL is not a Redis URL.
+            StoreSetupError: the ``redis`` package is missing or the URL is not a Redis URL.
         """
         try:
             import redis.asyncio  # noqa: PLC0415 - optional dependency, loaded only when configured
         except ImportError as exc:
-            msg = (
-                "LOOP_GUARD_STATE is a Redis URL but the redis package is missing: pip install 'mcp-loop-guard[redis]'"
-            )
-            raise StoreError(msg) from exc
+            msg = "the redis package is not installed: pip install 'mcp-loop-guard[redis]'"
+            raise StoreSetupError(msg) from exc
         try:
-            self._redis: Any = redis.asyncio.Redis.from_url(
-                url, socket_timeout=timeout, socket_connect_timeout=timeout, decode_responses=True
-            )
+            self._redis: Any = redis.asyncio.Redis.from_url(url, socket_timeout=timeout, socket_connect_timeout=timeout)
         except ValueError as exc:
             msg = f"not a Redis URL: {exc}"
-            raise StoreError(msg) from exc
+            raise StoreSetupError(msg) from exc
         self._cas: Any = self._redis.register_script(_CAS)
         self._timeout = timeout
         self._clock = clock
-        self._seen: OrderedDict[str, str] = OrderedDict()
+        self._seen: OrderedDict[str, bytes] = OrderedDict()
 
     async def _call(self, operation: Awaitable[T]) -> T:
         """One round trip, bounded by the client's socket timeouts; any failure is a StoreError.
@@ -91,7 +101,7 @@ class RedisStore:
                 raise StoreError(f"Redis: {exc}") from exc
             raise
 
-    def _remember(self, key: str, value: str) -> None:
+    def _remember(self, key: str, value: bytes) -> None:
         self._seen[key] = value
         self._seen.move_to_end(key)
         while len(self._seen) > CACHE_SIZE:
@@ -103,30 +113,31 @@ class RedisStore:
         if value is None:
             return None
         self._remember(key, value)
-        return read_state(value)
+        return stored_state(key, value)
 
     async def save(self, key: str, state: State, ttl: float) -> None:
         """Write the key's state with its expiry."""
-        value = write_state(state)
+        value = state_bytes(state)
         await self._call(self._redis.set(PREFIX + "s:" + key, value, px=max(1, int(ttl * 1000))))
         self._remember(key, value)
 
     async def update(self, key: str, fold: Callable[[State], R], ttl: float) -> tuple[State, R]:
         """Fold from the last value seen and compare-and-set; on a conflict, refold the newer value."""
         expected = self._seen.get(key)
+        unseen = expected is None  # a value seen before was read (and reported, if unreadable) then
         if expected is None:
-            expected = await self._call(self._redis.get(PREFIX + "s:" + key)) or ""
+            expected = await self._call(self._redis.get(PREFIX + "s:" + key)) or b""
         for attempt in range(MAX_TRIES):
-            state = read_state(expected or None) or State()
+            state = (stored_state(key, expected or None) if unseen else read_state(expected or None)) or State()
             result = fold(state)
-            value = write_state(state)
+            value = state_bytes(state)
             stored, current = await self._call(
                 self._cas(keys=[PREFIX + "s:" + key], args=[expected, value, max(1, int(ttl * 1000))])
             )
             if int(stored):
                 self._remember(key, value)
                 return state, result
-            expected = current
+            expected, unseen = current, True
             # Jitter growing with each lost race (at most 50 ms), so contenders fall out of step even
             # on a loaded machine where a fixed window keeps them colliding.
             await anyio.sleep(random.uniform(0, min(0.05, 0.001 * 2**attempt)))  # noqa: S311 - jitter, not crypto
@@ -137,11 +148,11 @@ class RedisStore:
         """Compare-and-set the owner record of the first slot whose owner is gone."""
         now = self._clock()
         slot = 1
-        mine = json.dumps([owner.host, owner.pid, owner.started, owner.lease])
+        mine = json.dumps([owner.host, owner.pid, owner.started, owner.lease]).encode()
         while True:
             key = base if slot == 1 else f"{base}#{slot}"
             record = PREFIX + "o:" + key
-            current = await self._call(self._redis.get(record)) or ""
+            current = await self._call(self._redis.get(record)) or b""
             held = _owner(current)
             if held is None or not held.alive(now):
                 stored, _ = await self._call(self._cas(keys=[record], args=[current, mine, max(1, int(ttl * 1000))]))
@@ -153,10 +164,10 @@ class RedisStore:
     async def release(self, key: str, owner: Owner) -> None:
         """Delete the owner record if it is still ours."""
         record = PREFIX + "o:" + key
-        current = await self._call(self._redis.get(record)) or ""
+        current = await self._call(self._redis.get(record)) or b""
         held = _owner(current)
         if held is not None and (held.host, held.pid) == (owner.host, owner.pid):
-            await self._call(self._cas(keys=[record], args=[current, "", 1]))
+            await self._call(self._cas(keys=[record], args=[current, b"", 1]))
 
     async def renew(self, key: str, owner: Owner) -> None:
         """Rewrite our owner record with the new lease."""
@@ -165,19 +176,23 @@ class RedisStore:
         await self._call(self._redis.set(record, value, px=max(1, int((owner.lease - self._clock()) * 2000))))
 
     async def keys(self) -> list[KeyInfo]:
-        """Every agent key (SCAN), with its remaining time and owner."""
+        """Every agent key (SCAN), with its remaining time and owner; a key holding no state is shown unreadable."""
         found: list[KeyInfo] = []
         now = self._clock()
         names = await self._call(self._scan())
         for name in sorted(names):
-            key = name[len(PREFIX) + 2 :]
-            pipeline = self._redis.pipeline(transaction=False).get(name).pttl(name).get(PREFIX + "o:" + key)
-            value, left, owner = await self._call(pipeline.execute())
-            if value is not None:
-                found.append(KeyInfo(key, read_state(value), now + max(0, int(left)) / 1000, _owner(owner or "")))
+            key = name[len(PREFIX) + 2 :].decode(errors="replace")
+            owner_name = PREFIX.encode() + b"o:" + name[len(PREFIX) + 2 :]
+            pipeline = self._redis.pipeline(transaction=False).get(name).pttl(name).get(owner_name)
+            value, left, owner = await self._call(pipeline.execute(raise_on_error=False))
+            if value is None:
+                continue  # expired since the scan
+            left = left if isinstance(left, int) else 0
+            held = _owner(owner) if isinstance(owner, bytes) else None
+            found.append(KeyInfo(key, read_state(value), now + max(0, left) / 1000, held))
         return found
 
-    async def _scan(self) -> list[str]:
+    async def _scan(self) -> list[bytes]:
         return [name async for name in self._redis.scan_iter(match=PREFIX + "s:*", count=500)]
 
     async def reset(self, key: str) -> bool:
@@ -190,11 +205,14 @@ class RedisStore:
         await self._redis.aclose()
 
 
-def _owner(text: str) -> Owner | None:
+def _owner(text: bytes) -> Owner | None:
+    """An owner record; None for none, or one that does not read (nobody alive holds the key then)."""
     if not text:
         return None
     try:
-        host, pid, started, lease = json.loads(text)
-        return Owner(str(host), int(pid), float(started), float(lease))
-    except (ValueError, TypeError):
+        record = json.loads(text)
+    except (ValueError, RecursionError):
         return None
+    if not isinstance(record, list) or len(record) != 4:
+        return None
+    return read_owner(*record)

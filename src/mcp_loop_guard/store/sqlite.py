@@ -10,21 +10,50 @@ A key claimed by a guard (a stdio guard's agent) is written to its live file ins
 system call per event (:mod:`.live`), and to its row when the guard lets it go. A guard that
 died holding a key leaves the file: the next claim of that key, or any guard's claim once a
 purge is due, folds it into the row.
+
+Every SQLite call runs in a worker thread, one at a time: another process holding the file's
+lock makes a call wait (then fail with a store error), never the event loop, so ``/healthz``
+and the other agents' calls go on meanwhile. A call waits at most the store's timeout in all,
+its turn included. Only a held key's live-file write stays on the event loop: one ``pwrite``
+into the page cache, which no lock holds up and which costs less than the hop to a thread.
+
+The file, its directory and its live files are this user's alone
+(:mod:`mcp_loop_guard.private_files`): a path another user could write is refused when the
+store is opened, and a row that does not read as a state (planted, or of another version) is
+an absent one.
 """
 
 from __future__ import annotations
 
 import logging
+import math
 import os
 import sqlite3
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from functools import partial
 from pathlib import Path
 from typing import Any, TypeVar
 
+import anyio
+import anyio.to_thread
+
 from mcp_loop_guard.core.state import State
-from mcp_loop_guard.store.base import KeyInfo, Owner, StoreError, read_state, state_bytes, wall_clock, write_state
+from mcp_loop_guard.private_files import UnsafePathError, check_private_file, open_private, private_directory
+from mcp_loop_guard.store.base import (
+    KeyInfo,
+    Owner,
+    StoreError,
+    StoreSetupError,
+    read_owner,
+    read_state,
+    real_number,
+    state_bytes,
+    stored_state,
+    wall_clock,
+    write_state,
+)
 from mcp_loop_guard.store.live import LiveFile, LiveFiles, Record
 
 logger = logging.getLogger(__name__)
@@ -66,9 +95,12 @@ class SqliteStore:
     shared = False
 
     def __init__(self, path: Path, *, timeout: float = 0.25, clock: Callable[[], float] = wall_clock) -> None:
-        """Open (or create) the file; ``timeout`` bounds the wait for a busy file.
+        """Open (or create) the file; ``timeout`` bounds each wait for a busy file.
+
+        This waits on the file: a running guard calls it from a worker thread.
 
         Raises:
+            StoreSetupError: the file, its directory or its live files could be written by another user.
             StoreError: the file cannot be created or opened.
         """
         self.path = path
@@ -76,15 +108,21 @@ class SqliteStore:
         self._clock = clock
         self._next_purge = 0.0
         self._next_sweep = 0.0
-        self._db = self._open()
         self._live = LiveFiles(path.with_name(f"{path.name}-live"))
+        self._db = self._open()
         self._held: dict[str, LiveFile] = {}
         """Keys this store claimed, written to their live files."""
+        self._turn = anyio.Lock()
+        """Held while a worker thread uses the connection."""
 
     def _open(self) -> sqlite3.Connection:
+        self._busy = self._timeout
+        """SQLite's wait for a locked file now, in seconds (cut short for a call that waited for its turn)."""
         try:
-            self.path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+            self._check_files()
             db = sqlite3.connect(self.path, timeout=self._timeout, isolation_level=None, check_same_thread=False)
+        except UnsafePathError as exc:
+            raise StoreSetupError(str(exc)) from exc
         except (OSError, sqlite3.Error) as exc:
             msg = f"cannot open the state file {self.path}: {exc}"
             raise StoreError(msg) from exc
@@ -102,6 +140,19 @@ class SqliteStore:
             db.close()
             return self._replace_corrupt(exc)
         return db
+
+    def _check_files(self) -> None:
+        """The directory (made 0700 if missing), the file (made 0600), its companions and live files: ours alone.
+
+        SQLite opens the file and its companions (``-wal``, ``-shm``) by name, following links:
+        in a directory only this user can write, nobody can plant or swap them.
+        """
+        private_directory(self.path.parent)
+        os.close(open_private(self.path, os.O_RDONLY | os.O_CREAT))
+        for suffix in ("-wal", "-shm", "-journal"):
+            check_private_file(Path(f"{self.path}{suffix}"))
+        if os.path.isdir(self._live.directory) or os.path.islink(self._live.directory):
+            private_directory(self._live.directory, create=False)  # anything else: no live files (a warning at claim)
 
     def _replace_corrupt(self, exc: Exception) -> sqlite3.Connection:
         aside = self.path.with_name(f"{self.path.name}.corrupt-{int(self._clock())}")
@@ -145,16 +196,46 @@ class SqliteStore:
         self._next_purge = now + PURGE_EVERY
         self._db.execute("DELETE FROM agents WHERE expires <= ?", (now,))
 
+    async def _run(self, work: Callable[[], R]) -> R:
+        """``work`` (SQLite calls) in a worker thread, after the calls before it, all within the store's timeout.
+
+        The wait for a turn and SQLite's wait for a locked file together take at most the
+        timeout: calls queued behind one waiting on another process's lock fail with it,
+        rather than each waiting in turn.
+
+        Raises:
+            StoreError: no turn in time (the file is busy), or ``work``'s own.
+        """
+        deadline = anyio.current_time() + self._timeout
+        acquired = False
+        with anyio.move_on_after(self._timeout):
+            await self._turn.acquire()
+            acquired = True
+        if not acquired:
+            msg = f"state file {self.path}: busy (earlier calls are still waiting on it)"
+            raise StoreError(msg)
+        try:
+            return await anyio.to_thread.run_sync(self._within, deadline - anyio.current_time(), work)
+        finally:
+            self._turn.release()
+
+    def _within(self, seconds: float, work: Callable[[], R]) -> R:
+        """Run ``work`` with SQLite's wait for a locked file cut to ``seconds`` (the full timeout when most is left)."""
+        wait = self._timeout if seconds >= 0.9 * self._timeout else max(0.0, seconds)
+        if wait != self._busy:
+            with self._errors():
+                self._db.execute(f"PRAGMA busy_timeout = {int(wait * 1000)}")
+            self._busy = wait
+        return work()
+
     async def load(self, key: str) -> State | None:
         """The key's state, or None when absent, expired or unreadable."""
+        return await self._run(partial(self._load, key))
+
+    def _load(self, key: str) -> State | None:
         with self._errors():
             row = self._db.execute("SELECT state, expires FROM agents WHERE key = ?", (key,)).fetchone()
-        if row is None or row[1] <= self._clock():
-            return None
-        state = read_state(row[0])
-        if state is None:
-            logger.warning("the stored loop state of one agent was unreadable; it starts afresh")
-        return state
+        return _row_state(key, row, self._clock())
 
     async def save(self, key: str, state: State, ttl: float) -> None:
         """Write the key's state: to its live file when this store claimed it, else its row (one short transaction)."""
@@ -169,22 +250,31 @@ class SqliteStore:
                 held.close(remove=True)
             else:
                 return
+        await self._run(partial(self._save, key, write_state(state), now, now + ttl))
+
+    def _save(self, key: str, text: str, now: float, expires: float) -> None:
         with self._errors():
-            self._db.execute(_UPSERT, (key, write_state(state), now + ttl))
+            self._db.execute(_UPSERT, (key, text, expires))
             self._purge(now)
 
     async def update(self, key: str, fold: Callable[[State], R], ttl: float) -> tuple[State, R]:
         """Read, fold and write inside one write transaction: no other process can interleave."""
+        return await self._run(partial(self._update, key, fold, ttl))
+
+    def _update(self, key: str, fold: Callable[[State], R], ttl: float) -> tuple[State, R]:
         now = self._clock()
         with self._transaction() as db:
             row = db.execute("SELECT state, expires FROM agents WHERE key = ?", (key,)).fetchone()
-            state = (read_state(row[0]) if row is not None and row[1] > now else None) or State()
+            state = _row_state(key, row, now) or State()
             result = fold(state)
             db.execute(_UPSERT, (key, write_state(state), now + ttl))
         return state, result
 
     async def claim(self, base: str, owner: Owner, ttl: float) -> tuple[str, bool]:
         """Claim the first free slot of ``base`` in one transaction, so two guards starting together differ."""
+        return await self._run(partial(self._claim, base, owner))
+
+    def _claim(self, base: str, owner: Owner) -> tuple[str, bool]:
         now = self._clock()
         with self._transaction() as db:
             slot = 1
@@ -215,8 +305,8 @@ class SqliteStore:
 
     @staticmethod
     def _fold(db: sqlite3.Connection, record: Record | None, now: float) -> None:
-        """Write a live file's record into its row (an expired one is not worth keeping)."""
-        if record is not None and record.expires > now:
+        """Write a live file's record into its row (an expired one is not worth keeping, nor one that never expires)."""
+        if record is not None and now < record.expires < math.inf:
             db.execute(_UPSERT, (record.key, record.state, record.expires))
 
     def _sweep(self, db: sqlite3.Connection, now: float) -> None:
@@ -241,6 +331,9 @@ class SqliteStore:
 
         When the file cannot be written, the live file stays: the next claim of the key folds it.
         """
+        await self._run(partial(self._release, key, owner))
+
+    def _release(self, key: str, owner: Owner) -> None:
         held = self._held.pop(key, None)
         try:
             with self._transaction() as db:
@@ -256,6 +349,9 @@ class SqliteStore:
 
     async def renew(self, key: str, owner: Owner) -> None:
         """Move the lease on."""
+        await self._run(partial(self._renew, key, owner))
+
+    def _renew(self, key: str, owner: Owner) -> None:
         with self._errors():
             self._db.execute(
                 "UPDATE owners SET lease = ? WHERE key = ? AND host = ? AND pid = ?",
@@ -264,6 +360,9 @@ class SqliteStore:
 
     async def keys(self) -> list[KeyInfo]:
         """Every unexpired key, with its owner; a key in a live file as its guard wrote it last."""
+        return await self._run(self._keys)
+
+    def _keys(self) -> list[KeyInfo]:
         now = self._clock()
         with self._errors():
             rows = self._db.execute(
@@ -271,12 +370,13 @@ class SqliteStore:
                 "FROM agents a LEFT JOIN owners o ON o.key = a.key WHERE a.expires > ? ORDER BY a.key",
                 (now,),
             ).fetchall()
-            found = {
-                str(key): KeyInfo(str(key), read_state(text), float(expires), _owner(host, pid, started, lease))
-                for key, text, expires, host, pid, started, lease in rows
-            }
+            found: dict[str, KeyInfo] = {}
+            for key, text, expires, host, pid, started, lease in rows:
+                until = real_number(expires)  # a row whose expiry is not a number is shown, and unreadable
+                state = read_state(text) if until is not None else None
+                found[str(key)] = KeyInfo(str(key), state, until or now, read_owner(host, pid, started, lease))
             for _, record in self._live.records():
-                if record is None or record.expires <= now:
+                if record is None or not now < record.expires < math.inf:
                     continue
                 owner = found[record.key].owner if record.key in found else self._owner_of(record.key)
                 found[record.key] = KeyInfo(record.key, read_state(record.state), record.expires, owner)
@@ -285,10 +385,13 @@ class SqliteStore:
     def _owner_of(self, key: str) -> Owner | None:
         """Who holds ``key`` as the owners table says (inside a transaction, if one is open)."""
         row = self._db.execute("SELECT host, pid, started, lease FROM owners WHERE key = ?", (key,)).fetchone()
-        return _owner(*row) if row is not None else None
+        return read_owner(*row) if row is not None else None
 
     async def reset(self, key: str) -> bool:
         """Delete the key's state (its row, and its live file)."""
+        return await self._run(partial(self._reset, key))
+
+    def _reset(self, key: str) -> bool:
         held = self._held.pop(key, None)
         if held is not None:
             held.close(remove=False)
@@ -297,7 +400,14 @@ class SqliteStore:
         return self._live.remove(key) or had_row
 
     async def aclose(self) -> None:
-        """Write the keys still held to their rows (their live files go), then close the file."""
+        """Write the keys still held to their rows (their live files go), then close the file.
+
+        Waits for the call in progress, if any (each is bounded by the busy timeout).
+        """
+        async with self._turn:
+            await anyio.to_thread.run_sync(self._within, self._timeout, self._close)
+
+    def _close(self) -> None:
         held, self._held = self._held, {}
         for live in held.values():
             try:
@@ -310,8 +420,12 @@ class SqliteStore:
         self._db.close()
 
 
-def _owner(host: Any, pid: Any, started: Any, lease: Any) -> Owner | None:
-    """An owners row as an Owner; None for the NULLs of a key nobody holds."""
-    if host is None:
+def _row_state(key: str, row: tuple[Any, Any] | None, now: float) -> State | None:
+    """A row's state: None when there is none, it has expired, or it does not read (a planted row is an absent one)."""
+    if row is None:
         return None
-    return Owner(str(host), int(pid), float(started), float(lease))
+    text, expires = row
+    until = real_number(expires)
+    if until is not None and until <= now:
+        return None
+    return stored_state(key, text if until is not None else b"")  # an expiry that is no number: unreadable too

@@ -6,17 +6,29 @@ import logging
 import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from functools import partial
 from pathlib import Path
 
 import anyio
+import anyio.to_thread
 
 from mcp_loop_guard.config import ServerSpec, StdioServer
 from mcp_loop_guard.core.detector import take_over
 from mcp_loop_guard.core.state import State
 from mcp_loop_guard.plan import Plan
+from mcp_loop_guard.private_files import UnsafePathError
 from mcp_loop_guard.proxy.relay.events import EventLog
 from mcp_loop_guard.proxy.relay.judge import CallObserver, Judge
-from mcp_loop_guard.store import AgentLoop, MemoryStore, Owner, Store, StoreError, StoreHealth, open_store
+from mcp_loop_guard.store import (
+    AgentLoop,
+    MemoryStore,
+    Owner,
+    Store,
+    StoreError,
+    StoreHealth,
+    StoreSetupError,
+    open_store,
+)
 from mcp_loop_guard.store import describe_store as describe
 from mcp_loop_guard.store.keys import stdio_agent_base
 
@@ -28,17 +40,32 @@ LEASE = 30.0
 
 @asynccontextmanager
 async def opened_store(plan: Plan) -> AsyncIterator[tuple[Store, StoreHealth]]:
-    """The configured store; one that cannot be opened is replaced by memory, and reported."""
+    """The configured store, opened in a worker thread (a file may be busy).
+
+    A store that cannot be opened now (a file that cannot be created) is replaced by memory,
+    with one line naming the store asked for.
+
+    Raises:
+        StoreSetupError: the store cannot be had at all (a missing package, a path another user
+            could write): a start-up error.
+    """
     spec = plan.settings.state
     try:
-        store: Store = open_store(spec, timeout=plan.settings.state_timeout_seconds)
+        store: Store = await anyio.to_thread.run_sync(
+            partial(open_store, spec, timeout=plan.settings.state_timeout_seconds)
+        )
         health = StoreHealth(store.name)
         logger.debug("loop state is kept in %s", describe(spec))
+    except StoreSetupError:
+        raise
     except StoreError as error:
         store = MemoryStore()
         health = StoreHealth("memory")
-        health.failed(error, time.time())
-        logger.warning("loop state is kept in memory only (it ends with this process)")
+        logger.warning(
+            "the state store %s cannot be opened (%s); loop state is kept in memory only (it ends with this process)",
+            describe(spec),
+            error,
+        )
     try:
         yield store, health
     finally:
@@ -48,13 +75,19 @@ async def opened_store(plan: Plan) -> AsyncIterator[tuple[Store, StoreHealth]]:
 
 @asynccontextmanager
 async def opened_events(plan: Plan) -> AsyncIterator[EventLog | None]:
-    """The event log, when one is configured (LOOP_GUARD_EVENT_LOG)."""
+    """The event log, when one is configured (LOOP_GUARD_EVENT_LOG).
+
+    Raises:
+        UnsafePathError: another user could write or redirect it: a start-up error.
+    """
     path = plan.settings.event_log
     if path is None:
         yield None
         return
     try:
         events = EventLog(Path(path).expanduser(), contents=plan.settings.log_contents)  # noqa: ASYNC240 - once, at start
+    except UnsafePathError as error:
+        raise UnsafePathError(f"the event log (LOOP_GUARD_EVENT_LOG) cannot be used: {error}") from error
     except OSError as error:
         logger.error("cannot open the event log %s: %s; calls are not recorded", path, error)
         yield None

@@ -3,6 +3,10 @@
 By default arguments and results are written as their fingerprints (``call``, ``outcome``),
 never their values; with ``LOOP_GUARD_LOG_CONTENTS=true`` the values themselves. Lines are
 appended with one write each, so several guard processes may share one file.
+
+The file is this user's alone (:mod:`mcp_loop_guard.private_files`): never opened through a
+symbolic link, never a FIFO or a device (which could block the guard or take its lines
+elsewhere), never one another user could write.
 """
 
 from __future__ import annotations
@@ -14,6 +18,7 @@ from typing import Any
 
 from mcp_loop_guard import codec
 from mcp_loop_guard.core.model import Verdict
+from mcp_loop_guard.private_files import open_private, private_directory
 
 logger = logging.getLogger(__name__)
 
@@ -24,13 +29,17 @@ class EventLog:
     def __init__(self, path: Path, *, contents: bool) -> None:
         """Open ``path`` for appending (created with mode 0600: it may hold contents).
 
+        Its folder is made 0700 when missing; an existing one may be a shared sticky one (``/tmp``).
+
         Raises:
+            UnsafePathError: another user could write or redirect the file (or its folder).
             OSError: the file cannot be opened.
         """
         self.path = path
         self.contents = contents
-        path.parent.mkdir(parents=True, exist_ok=True)
-        self._fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+        if not os.path.lexists(path.parent):
+            private_directory(path.parent)
+        self._fd = open_private(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, shared_parent=True)
         self._failed = False
 
     def record(self, line: dict[str, Any], verdict: Verdict) -> None:
