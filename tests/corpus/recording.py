@@ -9,7 +9,9 @@ behaviour fails the recording instead of leaving a wrong label behind.
 
 Time in a trace is the agent's: ``at`` advances by each step's think time (seeded per
 trace), not by the wall clock; only where a server reads the clock does a script wait for
-real, so that the clock's answers really differ.
+real, so that the clock's answers really differ. Where the agent waits on purpose before a
+call (a poll interval, a backoff delay, the wait tool or a ``sleep`` it called just before),
+the script says so with ``wait``: ``at`` advances by it too, and the line records it.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from contextlib import AsyncExitStack
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Literal, TextIO
+from typing import Any, Literal, Protocol, TextIO
 
 import anyio
 from mcp import ClientSession, StdioServerParameters, stdio_client, types
@@ -48,6 +50,10 @@ class Label:
     family: str | None = None
     due: int | None = None
     settings: dict[str, str] | None = None
+
+    def describe(self) -> str:
+        """The label in a few words, for listings."""
+        return f"{self.label} {self.family or ''}".strip()
 
     def to_json(self) -> dict[str, Any]:
         """The label's entry in labels.json."""
@@ -77,6 +83,8 @@ class Outcome:
 
     result: dict[str, Any] | None
     error: dict[str, Any] | None
+    line: int = field(default=0, compare=False)
+    """The 1-based line of the trace the call wrote (not part of what the call ended with)."""
 
     @property
     def text(self) -> str:
@@ -99,25 +107,41 @@ class Outcome:
 Script = Callable[["Take"], Awaitable[None]]
 
 
+class TraceLabel(Protocol):
+    """What the recorder needs of a label of either corpus."""
+
+    @property
+    def due(self) -> int | None: ...
+
+    def describe(self) -> str: ...
+
+    def to_json(self) -> dict[str, Any]: ...
+
+
 @dataclass(frozen=True)
 class Entry:
     """A registered script with its label."""
 
     name: str
-    label: Label
+    label: TraceLabel
     run: Script
 
 
 REGISTRY: dict[str, Entry] = {}
+"""The main corpus (tests/corpus/*.jsonl)."""
+HARD_REGISTRY: dict[str, Entry] = {}
+"""The hard cases (tests/corpus/hard/*.jsonl)."""
+REGISTRIES = {"main": REGISTRY, "hard": HARD_REGISTRY}
 
 
-def trace(name: str, label: Label) -> Callable[[Script], Script]:
-    """Registers a script as the recipe of the trace ``<name>.jsonl``."""
+def trace(name: str, label: TraceLabel, *, corpus: str = "main") -> Callable[[Script], Script]:
+    """Registers a script as the recipe of the trace ``<name>.jsonl`` of a corpus."""
+    registry = REGISTRIES[corpus]
 
     def register(script: Script) -> Script:
-        if name in REGISTRY:
+        if name in registry:
             raise ValueError(f"trace {name} is registered twice")
-        REGISTRY[name] = Entry(name, label, script)
+        registry[name] = Entry(name, label, script)
         return script
 
     return register
@@ -137,6 +161,7 @@ class Take:
     annotations: dict[tuple[str, str], dict[str, Any]] = field(default_factory=dict)
     batches: int = 0
     extra_rules: list[tuple[str, str]] = field(default_factory=list)
+    marked: list[int] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         self.rng = random.Random(self.name)
@@ -164,6 +189,10 @@ class Take:
         if not condition:
             raise RecordingError(message)
 
+    def mark(self, *outcomes: Outcome) -> None:
+        """Notes the lines of these calls as occurrences of the action the label's ``repeats`` lists."""
+        self.marked.extend(outcome.line for outcome in outcomes)
+
     # --- sessions and calls --------------------------------------------------------------
 
     async def _session(self, server: str, session: str) -> ClientSession:
@@ -185,31 +214,40 @@ class Take:
             self.sessions[key] = client
         return self.sessions[key]
 
-    def _advance(self, think: float | None) -> float:
+    def _advance(self, think: float | None, wait: float = 0.0) -> float:
+        if wait:
+            self.check(bool(self.lines) and wait > 0, "a wait needs a call before it and a positive length")
+            self.clock += wait
         if self.lines:
             self.clock += round(think if think is not None else self.rng.uniform(1.5, 6.0), 1)
         return round(self.clock, 3)
 
-    def _line(self, server: str, session: str, tool: str, arguments: dict[str, Any], at: float) -> dict[str, Any]:
+    def _line(
+        self, server: str, session: str, tool: str, arguments: dict[str, Any], at: float, *, wait: float = 0.0
+    ) -> dict[str, Any]:
         line: dict[str, Any] = {"session": session, "tool": tool, "arguments": arguments, "server": server}
         annotations = self.annotations.get((server, tool))
         if annotations:
             line["annotations"] = annotations
         line["at"] = at
+        if wait:
+            line["wait"] = wait
         self.lines.append(line)
         return line
 
-    async def _send(self, client: ClientSession, tool: str, arguments: dict[str, Any], line: dict[str, Any]) -> Outcome:
+    async def _send(
+        self, client: ClientSession, tool: str, arguments: dict[str, Any], line: dict[str, Any], number: int
+    ) -> Outcome:
         request = types.CallToolRequest(params=types.CallToolRequestParams(name=tool, arguments=arguments))
         try:
             with anyio.fail_after(CALL_TIMEOUT):
                 result = await client.send_request(request, types.CallToolResult)
         except MCPError as error:
             line["error"] = {"code": error.error.code, "message": error.error.message}
-            return Outcome(None, line["error"])
+            return Outcome(None, line["error"], number)
         dumped = result.model_dump(mode="json", by_alias=True, exclude_none=True)
         line["result"] = {key: dumped[key] for key in RESULT_KEYS if key in dumped}
-        return Outcome(line["result"], None)
+        return Outcome(line["result"], None, number)
 
     async def call(
         self,
@@ -220,29 +258,40 @@ class Take:
         session: str = "s1",
         think: float | None = None,
         pause: float = 0.0,
+        wait: float = 0.0,
     ) -> Outcome:
-        """Issues one tools/call; think is the agent's seconds since its previous call, pause a real wait."""
+        """Issues one tools/call.
+
+        think is the agent's seconds of thinking since its previous call, wait its seconds of
+        waiting on purpose before this call (both on the agent's clock), pause a real wait.
+        """
         client = await self._session(server, session)
         if pause:
             await anyio.sleep(pause)
-        line = self._line(server, session, tool, dict(arguments or {}), self._advance(think))
-        return await self._send(client, tool, line["arguments"], line)
+        line = self._line(server, session, tool, dict(arguments or {}), self._advance(think, wait), wait=wait)
+        return await self._send(client, tool, line["arguments"], line, len(self.lines))
 
     async def batch(
-        self, calls: Sequence[tuple[str, str, dict[str, Any]]], *, session: str = "s1", think: float | None = None
+        self,
+        calls: Sequence[tuple[str, str, dict[str, Any]]],
+        *,
+        session: str = "s1",
+        think: float | None = None,
+        wait: float = 0.0,
     ) -> list[Outcome]:
         """Issues calls concurrently, as one model response asking for several tools at once."""
         clients = [await self._session(server, session) for server, _, _ in calls]
-        at = self._advance(think)
+        at = self._advance(think, wait)
         self.batches += 1
-        lines = [self._line(server, session, tool, dict(arguments), at) for server, tool, arguments in calls]
+        first = len(self.lines) + 1
+        lines = [self._line(server, session, tool, dict(arguments), at, wait=wait) for server, tool, arguments in calls]
         for line in lines:
             line["batch"] = self.batches
         outcomes: list[Outcome | None] = [None] * len(calls)
 
         async def one(index: int) -> None:
             outcomes[index] = await self._send(
-                clients[index], lines[index]["tool"], lines[index]["arguments"], lines[index]
+                clients[index], lines[index]["tool"], lines[index]["arguments"], lines[index], first + index
             )
 
         async with anyio.create_task_group() as group:

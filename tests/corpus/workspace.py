@@ -15,6 +15,8 @@ from pathlib import Path
 
 from tests.harness import BIN_DIR, FIXTURES_DIR, NODE_DIR
 
+WAIT_SCALE = 0.01
+"""Real seconds the wait tool sleeps per second asked for while recording (its answers do not depend on it)."""
 SHOWN_ROOT = "/home/agent/shop"
 """Where the project appears to be in the recorded traces (its temporary path is replaced by this)."""
 GIT_ENV = {
@@ -243,5 +245,10 @@ def server_spec(name: str, root: Path) -> ServerSpec:
         "ops": ServerSpec(fixture),
         "tracker": ServerSpec(fixture),
         "shell": ServerSpec([*fixture, str(root)], {"PATH": path}),
+        "store": ServerSpec(fixture),
+        "booking": ServerSpec(fixture),
+        "sql": ServerSpec(fixture),
+        "kv": ServerSpec(fixture),
+        "wait": ServerSpec([*fixture, "--scale", str(WAIT_SCALE)]),
     }
     return specs[name]

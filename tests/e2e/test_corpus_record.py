@@ -23,13 +23,22 @@ SAMPLE = [
     "git-status-after-commit",
     "tax-fix-flip-flop",
 ]
+# The hard set: a timestamp argument, fresh UUID arguments, the wait tool and recorded waits,
+# the SQL, booking and key-value servers, a batch.
+HARD_SAMPLE = [
+    "refunds-since-now",
+    "order-lookup-fresh-request-id",
+    "capture-503-wait-tool-backoff",
+    "sql-seed-batch",
+    "booking-declined-between-notes",
+    "kv-feature-flags",
+]
 
 
-@pytest.mark.e2e
-def test_recording_again_gives_the_committed_traces(tmp_path: Path) -> None:
-    """`python -m tests.corpus.record NAME...` writes the same files as those committed, and the same labels."""
+def record_again(out: Path, names: list[str], committed: Path, *options: str) -> None:
+    """Records the traces into out with the recorder's command line and compares them and the labels with committed."""
     done = subprocess.run(
-        [sys.executable, "-m", "tests.corpus.record", "--out", str(tmp_path), *SAMPLE],
+        [sys.executable, "-m", "tests.corpus.record", *options, "--out", str(out), *names],
         cwd=REPO_ROOT,
         capture_output=True,
         text=True,
@@ -37,8 +46,20 @@ def test_recording_again_gives_the_committed_traces(tmp_path: Path) -> None:
         check=False,
     )
     assert done.returncode == 0, done.stderr[-3000:]
-    for name in SAMPLE:
-        recorded = (tmp_path / f"{name}.jsonl").read_text(encoding="utf-8")
-        assert recorded == (CORPUS / f"{name}.jsonl").read_text(encoding="utf-8"), name
-    labels = json.loads((tmp_path / "labels.json").read_text(encoding="utf-8"))
-    assert labels == json.loads((CORPUS / "labels.json").read_text(encoding="utf-8"))
+    for name in names:
+        recorded = (out / f"{name}.jsonl").read_text(encoding="utf-8")
+        assert recorded == (committed / f"{name}.jsonl").read_text(encoding="utf-8"), name
+    labels = json.loads((out / "labels.json").read_text(encoding="utf-8"))
+    assert labels == json.loads((committed / "labels.json").read_text(encoding="utf-8"))
+
+
+@pytest.mark.e2e
+def test_recording_again_gives_the_committed_traces(tmp_path: Path) -> None:
+    """`python -m tests.corpus.record NAME...` writes the same files as those committed, and the same labels."""
+    record_again(tmp_path, SAMPLE, CORPUS)
+
+
+@pytest.mark.e2e
+def test_recording_the_hard_set_again_gives_the_committed_traces(tmp_path: Path) -> None:
+    """`python -m tests.corpus.record --set hard NAME...` writes the committed hard traces and labels again."""
+    record_again(tmp_path, HARD_SAMPLE, CORPUS / "hard", "--set", "hard")
