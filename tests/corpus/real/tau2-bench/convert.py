@@ -1,14 +1,16 @@
 """Convert tau2-bench simulation results into loop-guard traces, one file per simulation.
 
-Usage: python convert.py results.json OUT_DIR [--labelled]
+Usage: python convert.py results.json OUT_DIR [--prefix=NAME-] [--labelled]
 
 Reads a local copy of a tau2-bench results file (``info``, ``tasks``, ``simulations``; each
 simulation's ``messages`` carry a ``timestamp``). Each tool call the agent makes (requestor
 ``assistant``) becomes one trace line; calls of one message share a ``batch``. The tool
 message's ``content`` is the text result and its ``error`` flag ``isError``. ``at`` is the
 agent message's timestamp in seconds since the simulation's first message. The user
-simulator's own tool calls (on the simulated phone) are left out. With ``--labelled`` only
-the runs named in ``labels.json`` beside this script are written.
+simulator's own tool calls (on the simulated phone) are left out; in the solo mode (no user)
+the agent's calls on the phone are its own and kept. ``--prefix`` starts every run's name, to
+tell apart runs of several results files. With ``--labelled`` only the runs named in
+``labels.json`` beside this script are written.
 """
 
 from __future__ import annotations
@@ -35,8 +37,8 @@ def seconds(stamp: str) -> float:
     return datetime.fromisoformat(stamp).timestamp()
 
 
-def run_name(domain: str, index: int, simulation: dict[str, Any]) -> str:
-    return f"{domain}-sim{index:02d}-trial{simulation['trial']}.jsonl"
+def run_name(domain: str, index: int, simulation: dict[str, Any], prefix: str = "") -> str:
+    return f"{prefix}{domain}-sim{index:02d}-trial{simulation['trial']}.jsonl"
 
 
 def convert(simulation: dict[str, Any], session: str) -> list[dict[str, Any]]:
@@ -68,11 +70,12 @@ def main() -> None:
     keep = None
     if "--labelled" in sys.argv:
         keep = set(json.loads((Path(__file__).parent / "labels.json").read_text()))
+    prefix = next((arg.split("=", 1)[1] for arg in sys.argv if arg.startswith("--prefix=")), "")
     results = json.loads(source.read_text())
     domain = results["info"]["environment_info"]["domain_name"]
     out.mkdir(parents=True, exist_ok=True)
     for index, simulation in enumerate(results["simulations"]):
-        name = run_name(domain, index, simulation)
+        name = run_name(domain, index, simulation, prefix)
         if keep is not None and name not in keep:
             continue
         lines = convert(simulation, name.removesuffix(".jsonl"))
