@@ -23,6 +23,7 @@ reached the server from a loop's ``due`` line to its first refusal.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import subprocess
 from collections import defaultdict
@@ -102,8 +103,12 @@ def real_cases() -> list[Case]:
 
 
 def hard_cases() -> list[Case]:
-    """Every labelled case of the hard corpus."""
-    return list(_labelled("hard", "hard", HARD)) if (HARD / "labels.json").is_file() else []
+    """Every labelled case of the hard corpus; polling whose waits only the clock shows is reported apart
+    (``clock``): nothing a live guard sees tells it from a slow model's loop."""
+    if not (HARD / "labels.json").is_file():
+        return []
+    cases = list(_labelled("hard", "hard", HARD))
+    return [dataclasses.replace(case, corpus="clock") if case.kind == "clock_wait" else case for case in cases]
 
 
 def lab_cases() -> list[Case]:
@@ -296,8 +301,14 @@ HEADLINE = (
     ("real", "due", "wasted", "calls wasted past the due line (real loops)"),
     ("hard", "due", "refused_in_time", "hard loops refused in time"),
     ("hard", "short", "warned_in_time", "hard short loops (paraphrased searches) warned in time"),
-    ("hard", "productive", "productive_refused", "productive look-alikes refused"),
+    (
+        "hard",
+        "productive",
+        "productive_refused",
+        "productive look-alikes refused (waiting shown by a call or a backoff)",
+    ),
     ("hard", "productive", "wrong_advice", "productive look-alikes warned"),
+    ("clock", "productive", "productive_refused", "polling whose only sign of waiting is the clock, refused"),
     ("lab", "due", "refused_in_time", "lab loops due a refusal, refused in time"),
     ("lab", "productive", "productive_refused", "lab productive runs refused"),
     ("lab", "productive", "wrong_advice", "lab productive runs warned"),
@@ -428,14 +439,20 @@ class LabOutcome:
 
 
 def evaluate(
-    label_entries: Mapping[str, Mapping[str, Any]], rules: Mapping[str, Any], *, reference: bool
+    label_entries: Mapping[str, Mapping[str, Any]],
+    rules: Mapping[str, Any],
+    *,
+    reference: bool,
+    pollable: tuple[str, ...] = (),
 ) -> list[LabOutcome]:
-    """Every lab trace judged under ``rules`` (plus each trace's own settings unless ``reference``)."""
+    """Every lab trace judged under ``rules`` (plus each trace's own settings unless ``reference``), with the
+    ``pollable`` tools configured so."""
     found = []
+    config = {"tools": {tool: {"pollable": True} for tool in pollable}} if pollable else {}
     for case in lab_cases():
         entry = label_entries[case.path.name]
-        overrides = dict(rules)
-        outcome = judge(case if not reference else Case("lab", "lab", case.path, case.loop, case.kind), None, overrides)
+        plain = Case("lab", "lab", case.path, case.loop, case.kind, config=config)
+        outcome = judge(dataclasses.replace(case, config=config) if not reference else plain, None, dict(rules))
         verdicts = outcome.verdicts
         refusals = [n for n, v in verdicts.items() if v in REFUSED]
         warnings = [n for n, v in verdicts.items() if v == "warn"]

@@ -24,7 +24,7 @@ from typing import Any, Literal
 from tests.corpus.recording import Script, trace
 
 LOOP_KINDS = frozenset({"variant", "cycle", "interleaved", "batch_errors", "same_result", "side_effect"})
-PRODUCTIVE_KINDS = frozenset({"wait_poll", "backoff", "writes", "polling", "work"})
+PRODUCTIVE_KINDS = frozenset({"wait_poll", "clock_wait", "backoff", "writes", "polling", "work"})
 RULES: dict[str, tuple[int, int | None]] = {
     "repeat": (3, 5),
     "side_effect": (2, 3),

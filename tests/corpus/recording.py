@@ -60,7 +60,8 @@ class Label:
         entry: dict[str, Any] = {"label": self.label}
         if self.family is not None:
             entry["family"] = self.family
-            entry["due"] = self.due
+            if self.label == "loop":
+                entry["due"] = self.due
         if self.settings:
             entry["settings"] = self.settings
         entry["note"] = self.note
@@ -72,9 +73,9 @@ def loop(family: str, due: int, note: str, settings: dict[str, str] | None = Non
     return Label("loop", note, family, due, settings)
 
 
-def productive(note: str) -> Label:
-    """A productive label."""
-    return Label("productive", note)
+def productive(note: str, kind: str | None = None) -> Label:
+    """A productive label; ``kind`` ``clock_wait`` marks polling whose only sign of waiting is the clock."""
+    return Label("productive", note, kind)
 
 
 @dataclass(frozen=True)

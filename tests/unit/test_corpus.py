@@ -24,7 +24,7 @@ HARD_TRACES = sorted(HARD.glob("*.jsonl"))
 ALL_TRACES = TRACES + HARD_TRACES
 ALL_IDS = [str(path.relative_to(CORPUS).with_suffix("")) for path in ALL_TRACES]
 LOOP_KINDS = {"variant", "cycle", "interleaved", "batch_errors", "same_result", "side_effect"}
-PRODUCTIVE_KINDS = {"wait_poll", "backoff", "writes", "polling", "work"}
+PRODUCTIVE_KINDS = {"wait_poll", "clock_wait", "backoff", "writes", "polling", "work"}
 HARD_KEYS = {"label", "kind", "repeats", "warn", "due", "fair", "note"}
 
 
@@ -143,12 +143,14 @@ def test_every_file_has_a_label_and_every_label_a_file() -> None:
 
 
 def test_labels_follow_the_format() -> None:
-    """A loop names its family, a due line within the file and a note; productive has a note only."""
+    """A loop names its family, a due line within the file and a note; productive has a note (and a family
+    only for polling that waits by the clock alone, ``clock_wait``)."""
     for name, label in load_labels().items():
         assert isinstance(label.get("note"), str), name
         assert label["note"].strip(), name
         if label.get("label") == "productive":
-            assert set(label) == {"label", "note"}, name
+            assert set(label) in ({"label", "note"}, {"label", "note", "family"}), name
+            assert label.get("family", "clock_wait") == "clock_wait", name
             continue
         assert label.get("label") == "loop", name
         assert set(label) <= {"label", "family", "due", "settings", "note"}, name
@@ -267,7 +269,7 @@ def test_hard_traces_record_deliberate_waits() -> None:
     """Every wait_poll and backoff trace records some waiting; no loop does."""
     for name, label in load_labels(HARD).items():
         waits = [line for line in load_trace(HARD / name) if line.get("wait")]
-        if label["kind"] in {"wait_poll", "backoff"}:
+        if label["kind"] in {"wait_poll", "clock_wait", "backoff"}:
             assert waits, f"{name} records no wait"
         if label["label"] == "loop":
             assert not waits, f"{name} is a loop with deliberate waits"

@@ -73,7 +73,8 @@ def test_think_times_that_vary_by_themselves_are_no_backoff() -> None:
 
 
 def test_a_gap_far_longer_than_the_agents_rhythm_holds_the_repeat() -> None:
-    """An agent calling every 2 s that repeats a status after 5 minutes: that repeat does not lengthen the streak."""
+    """An agent calling every 2 s that repeats a status after 5 minutes: that repeat does not lengthen the streak
+    (a 20 s thought does)."""
     agent = Timed(Policy(reset_after_seconds=3600), think=2.0)
     for i in range(5):
         agent.call("read_file", {"path": f"f{i}"}, text(f"file {i}"))

@@ -40,6 +40,8 @@ from mcp_loop_guard.core.policy import Policy
 from mcp_loop_guard.core.sequence import (
     MARK_TTL_SECONDS,
     close_idle_window,
+    count_failure,
+    decrement,
     expire,
     failure_key,
     find,
@@ -47,13 +49,14 @@ from mcp_loop_guard.core.sequence import (
     fold_completed,
     fold_refused,
     holding,
+    member_token,
     open_batch,
     recurrences,
     settle,
     size,
     uncount,
 )
-from mcp_loop_guard.core.state import DIGEST, MAX_MEMBERS, MAX_REFUSED, Batch, Entry, State
+from mcp_loop_guard.core.state import DIGEST, MAX_MEMBERS, MAX_REFUSED, TOKEN, Batch, Entry, State
 
 __all__ = [
     "MARK_TTL_SECONDS",
@@ -101,7 +104,10 @@ def call_of(
     trusted: bool = True,
     rules: ArgumentRules = NO_RULES,
 ) -> Call:
-    """The detector's view of a call; its tool's MCP annotations count only when ``trusted``."""
+    """The detector's view of a call; its tool's MCP annotations count only when ``trusted``.
+
+    A call that waits (``sleep 30`` through a shell tool marked destructive) repeats no effect.
+    """
     hints = annotations if trusted and annotations else {}
     read_only = hints.get("readOnlyHint") is True
     side_effect = hints.get("destructiveHint") is True and hints.get("idempotentHint") is not True
@@ -109,7 +115,8 @@ def call_of(
     key = call_key(tool, keyed)[:DIGEST]
     loose = key if loosened is keyed or loosened == keyed else call_key(tool, loosened)[:DIGEST]
     acts = intent.writes(tool, arguments, hints)
-    return Call(tool, key, side_effect and not read_only, read_only, acts, loose, intent.waits(tool, arguments))
+    waits = intent.waits(tool, arguments)
+    return Call(tool, key, side_effect and not (read_only or waits), read_only, acts, loose, waits)
 
 
 ERROR_TEXT: Final = 4096
@@ -126,11 +133,14 @@ def outcome_of(result: Mapping[str, Any], policy: Policy) -> Outcome:
     failed = result.get("isError") is True or _reads_as_error(result)
     if failed:
         result = _loose_error(result)
-    return Outcome(result_key(policy.scrub.apply(result))[:DIGEST], failed)
+    return Outcome(result_key(policy.scrub.apply(result))[:DIGEST], failed, not failed and _says_nothing(result))
 
 
 _ERROR_TEXT = re.compile(
-    r"\s*\[?\s*(?:error|exception|fatal|failed|failure)\s*[:!\]]|\s*traceback \(most recent call last\)", re.I
+    r"\s*\[?\s*(?:error|exception|fatal|failed|failure)\s*[:!\]]|\s*traceback \(most recent call last\)"
+    r"|\s*(?:invalid|unknown|unrecognized|unsupported)\s+(?:action|command|input|argument|parameter|option|request"
+    r"|tool|query|syntax)\b",
+    re.I,
 )
 """A text result that says it failed (``Error: ...``) from a server that does not set ``isError``."""
 
@@ -143,6 +153,26 @@ def _reads_as_error(result: Mapping[str, Any]) -> bool:
     return isinstance(text, str) and _ERROR_TEXT.match(text, 0, 200) is not None
 
 
+_NOTHING = re.compile(
+    r"\s*(?:\[\s*\]|\{\s*\}|(?:null|none|0 results?|no (?:more )?(?:results?|matches|items|entries|records|rows|"
+    r"data|files?|issues?|documents?|pages?)(?: found)?|nothing found|not found|could not find|couldn'?t find"
+    r"|no such \w+)\b.*)?",
+    re.I | re.S,
+)
+"""A text that tells nothing new: empty, an empty list or object, or a plain negative answer."""
+
+
+def _says_nothing(result: Mapping[str, Any]) -> bool:
+    content = result.get("content")
+    if result.get("structuredContent") or not isinstance(content, list) or len(content) > 1:
+        return False
+    if not content:
+        return True
+    item = content[0]
+    text = item.get("text") if isinstance(item, Mapping) and item.get("type") == "text" else None
+    return isinstance(text, str) and len(text) <= 1000 and _NOTHING.fullmatch(text) is not None
+
+
 def _loose_error(result: Mapping[str, Any]) -> Mapping[str, Any]:
     content = result.get("content")
     if not isinstance(content, list):
@@ -150,19 +180,28 @@ def _loose_error(result: Mapping[str, Any]) -> Mapping[str, Any]:
     texts = [item.get("text") for item in content if isinstance(item, Mapping)]
     if sum(len(text) for text in texts if isinstance(text, str)) > ERROR_TEXT:
         return result
-    loose = [
-        {**item, "text": loose_text(item["text"])}
-        if isinstance(item, Mapping) and isinstance(item.get("text"), str)
-        else item
-        for item in content
-    ]
-    return {**result, "content": loose}
+    return {**result, "content": [_loose_item(item) for item in content]}
+
+
+def _loose_item(item: object) -> object:
+    if isinstance(item, Mapping) and isinstance(item.get("text"), str):
+        return {**item, "text": _loose_error_text(item["text"])}
+    return item
+
+
+def _loose_error_text(text: str) -> str:
+    """An error text as compared: spaces collapsed, volatile values and numbers (a process id, a line, a
+    count) left out, so that the same failure reads the same."""
+    return _NUMBERS.sub("#", loose_text(text))
+
+
+_NUMBERS = re.compile(r"\d+")
 
 
 def error_outcome(code: object, message: object) -> Outcome:
     """The detector's view of a JSON-RPC error answering a call: an error result like any other."""
     if isinstance(message, str) and len(message) <= ERROR_TEXT:
-        message = loose_text(message)
+        message = _loose_error_text(message)
     return Outcome(sha256(canonical_json(["jsonrpc-error", code, message])).hexdigest()[:DIGEST], error=True)
 
 
@@ -279,10 +318,23 @@ def finish(state: State, ticket: Ticket, outcome: Outcome, session: Policy, now:
     policy = ticket.policy
     visible = not (policy.ignore_errors and outcome.error)
     entry = Entry(
-        ticket.tool, ticket.call, outcome.key, outcome.error, ticket.acts, ticket.waits, ticket.held, batch.gap
+        ticket.tool,
+        ticket.call,
+        outcome.key,
+        outcome.error,
+        ticket.acts,
+        ticket.waits,
+        ticket.held,
+        batch.gap,
+        outcome.says_nothing,
     )
     key = ticket.key or ticket.call
+    decrement(batch.tools, ticket.tool, 1)
     if visible:
+        prior = batch.last
+        copy = prior is not None and prior.same(entry)
+        if prior is not None and len(batch.seen) < MAX_MEMBERS * TOKEN and (policy.burst_detection or not copy):
+            batch.seen += member_token(prior)
         batch.last = entry
         done = key + outcome.key
         batch.last_done = done
@@ -330,6 +382,7 @@ def abandon(state: State, ticket: Ticket, session: Policy, now: float) -> None:
         return
     batch.live -= 1
     uncount(batch, ticket.key or ticket.call, 1)
+    decrement(batch.tools, ticket.tool, 1)
     batch.closed = True
     batch.touched = now
     if batch.live == 0:
@@ -363,6 +416,8 @@ def _join(state: State, batch: Batch, call: Call, now: float) -> None:
         forget_effects_of_others(state, call.tool)
     if len(batch.members) < MAX_MEMBERS or call.key in batch.members:
         batch.members[call.key] = batch.members.get(call.key, 0) + 1
+    if len(batch.tools) < MAX_MEMBERS or call.tool in batch.tools:
+        batch.tools[call.tool] = batch.tools.get(call.tool, 0) + 1
     batch.live += 1
     batch.touched = now
 
@@ -391,8 +446,8 @@ def _refuse(state: State, call: Call, found: Found, batch: Batch | None, session
         holder.touched = now
     elif family in PATTERNS:
         fold(state, _assumed(state, call, family, cycle), 1)
-    elif family is Family.SAME_ERROR and state.error is not None:
-        state.error.count += 1
+    elif family is Family.SAME_ERROR and state.history:
+        count_failure(state, call.tool, state.history[-1].result, 1)
     if call.loose not in state.refused:
         state.refused.append(call.loose)
         del state.refused[:-MAX_REFUSED]

@@ -12,7 +12,7 @@ from typing import Final
 from mcp_loop_guard.core import wording
 from mcp_loop_guard.core.model import Action, Call, Family
 from mcp_loop_guard.core.policy import Policy
-from mcp_loop_guard.core.sequence import cycle_count, is_cycle, recurrences
+from mcp_loop_guard.core.sequence import cycle_count, failure_of, is_cycle, recurrences
 from mcp_loop_guard.core.state import MAX_EFFECTS, Entry, State
 
 __all__ = [
@@ -74,18 +74,14 @@ def _failing(state: State, call: Call, policy: Policy) -> Found | None:
         and done_before + 1 >= policy.side_effect_block_threshold
     ):
         return Family.SIDE_EFFECT, done_before + 1, ()
-    error, history = state.error, state.history
-    if (
-        error is not None
-        and error.tool == call.tool
-        and policy.same_error_block_threshold
-        and not policy.ignore_errors
-        and error.count + 1 >= policy.same_error_block_threshold
-        and history
-        and history[-1].tool == call.tool
-        and history[-1].result == error.result  # refused only when hammered: a look elsewhere earns one more try
-    ):
-        return Family.SAME_ERROR, error.count + 1, ()
+    history = state.history
+    last = history[-1] if history else None
+    # refused only when hammered (right after the tool's own failure): a look elsewhere earns one more try
+    error = failure_of(state, call.tool, last.result) if last is not None and last.tool == call.tool else None
+    if error is not None and policy.same_error_block_threshold and not policy.ignore_errors:
+        count = error.count + sum(batch.tools.get(call.tool, 0) for batch in state.batches) + 1
+        if count >= policy.same_error_block_threshold:
+            return Family.SAME_ERROR, count, ()
     same = state.same
     if (
         same is not None
@@ -119,7 +115,7 @@ def sequential_warning(state: State, entry: Entry, policy: Policy) -> tuple[int,
         warned = _pattern_warning(Family.RECURRING, entry.tool, seen, policy.recurring_warn, policy.recurring_block)
         if warned is not None and seen > best_count:
             return best_count, warned
-    error = state.error
+    error = failure_of(state, entry.tool, entry.result) if entry.error else None
     if (
         entry.error
         and error is not None

@@ -26,12 +26,15 @@ WAIT_WORDS: Final = frozenset({"wait", "sleep", "pause", "delay"})
 """Words of a tool name that make it a waiting tool (``wait``, ``wait_for_job``, ``browser_wait_for``)."""
 WRITE_WORDS: Final = frozenset(
     {
-        "add", "alter", "append", "apply", "approve", "archive", "assign", "book", "cancel", "change", "chmod",
-        "chown", "close", "comment", "commit", "create", "delete", "deploy", "disable", "drop", "edit", "enable",
-        "exchange", "grant", "insert", "install", "invite", "kill", "lock", "merge", "mkdir", "modify", "move",
-        "patch", "pay", "post", "publish", "push", "put", "reject", "remove", "rename", "replace", "reply",
-        "reset", "restart", "return", "revoke", "save", "schedule", "send", "set", "start", "stop", "submit",
-        "transfer", "truncate", "unlock", "update", "upload", "upsert", "write",
+        "activate", "add", "alter", "append", "apply", "approve", "archive", "assign", "attach", "book",
+        "cancel", "change", "charge", "chmod", "chown", "clear", "close", "comment", "commit", "configure",
+        "connect", "create", "deactivate", "delete", "deploy", "detach", "disable", "disconnect", "drop", "edit",
+        "enable", "exchange", "grant", "insert", "install", "invite", "kill", "link", "lock", "merge", "mkdir",
+        "modify", "mount", "move", "patch", "pay", "post", "publish", "purchase", "push", "put", "reboot",
+        "refuel", "refund", "register", "reject", "remove", "rename", "replace", "reply", "reserve", "reset",
+        "restart", "restore", "resume", "return", "revoke", "save", "schedule", "send", "set", "start", "stop",
+        "submit", "subscribe", "suspend", "switch", "toggle", "transfer", "truncate", "turn", "unlink", "unlock",
+        "unmount", "unsubscribe", "update", "upgrade", "upload", "upsert", "write",
     }
 )  # fmt: skip
 """Words of a tool name, or of an operation argument, that make a call a write."""
@@ -40,8 +43,8 @@ _SHELL_NAMES: Final = frozenset({"command", "cmd", "script", "code", "commands"}
 _SHELL_WRITE: Final = re.compile(
     r"(?:^|[^\d<>&|=-])>>?\s*(?!&|/dev/null\b)[\w./~$\"'-]"  # output redirected to a file
     r"|(?:^|[;&|(`]|\$\()\s*(?:sudo\s+)?(?:"
-    r"rm|mv|cp|mkdir|rmdir|touch|chmod|chown|ln|tee|patch|truncate|install|unzip"
-    r"|sed\s+(?:-\w*\s+)*-i|perl\s+-\w*i"
+    r"rm|mv|cp|mkdir|rmdir|touch|chmod|chown|ln|tee|patch|truncate|install|unzip|xargs\s+rm"
+    r"|sed\s+(?:-\w*\s+)*-i|perl\s+-\w*i|find\b[^;&|]*\s-(?:delete|exec\s+rm)"
     r"|git\s+(?:add|commit|checkout|reset|rm|mv|apply|stash|merge|rebase|cherry-pick|push|restore|switch|revert)"
     r"|(?:pip3?|uv\s+pip|npm|pnpm|yarn|apt(?:-get)?|brew|cargo|go)\s+(?:install|add|i|ci|remove|uninstall)"
     r")\b",
@@ -87,7 +90,14 @@ def _sleeps(value: str) -> bool:
 
 
 def writes(tool: str, arguments: Mapping[str, Any] | None, hints: Mapping[str, Any] | None) -> bool:
-    """The call may change things: annotated so, or named or asked as a write when unannotated."""
+    """The call may change things: annotated so, or named or asked as a write when unannotated.
+
+    A shell command says more than its tool's annotations (a shell tool is marked destructive for
+    `rm`, not for `grep`): one that writes files is a write, one made only of commands that read is not.
+    """
+    shell = _shell_command(arguments)
+    if shell is not None and (_SHELL_WRITE.search(shell) or _reads_only(shell)):
+        return _SHELL_WRITE.search(shell) is not None
     if hints:
         read_only = hints.get("readOnlyHint")
         if read_only is not None:
@@ -97,14 +107,52 @@ def writes(tool: str, arguments: Mapping[str, Any] | None, hints: Mapping[str, A
     for name, value in (arguments or {}).items():
         if not isinstance(value, str) or not value:
             continue
-        if name.lower() in _SHELL_NAMES and len(value) <= _SHORT * 8 and _SHELL_WRITE.search(value):
-            return True
         if name.lower() in _OPERATION_NAMES and len(value) <= _SHORT:
             return bool(WRITE_WORDS & name_words(value.split(None, 1)[0])) or bool(_SQL_WRITE.match(value))
     if WRITE_WORDS & name_words(tool):
         return True
     values = _values(arguments)
     return any(isinstance(value, str) and len(value) <= _SHORT * 8 and _SQL_WRITE.match(value) for value in values)
+
+
+def _shell_command(arguments: Mapping[str, Any] | None) -> str | None:
+    """The shell command a call runs, if an argument holds one (a command with a space in it)."""
+    for name, value in (arguments or {}).items():
+        if name.lower() in _SHELL_NAMES and isinstance(value, str) and " " in value and len(value) <= _SHORT * 8:
+            return value
+    return None
+
+
+def _reads_only(command: str) -> bool:
+    """Every command of a shell line only reads (``grep -rn x src | head``, ``cd src && ls``)."""
+    for segment in _SEGMENTS.split(command):
+        words = segment.split()
+        while words and (words[0] in _NEUTRAL or "=" in words[0]):
+            words = words[1:]
+        if not words or words[0] == "cd":
+            continue
+        if words[0] == "git":
+            if len(words) < 2 or words[1] not in _GIT_READS:
+                return False
+        elif words[0] not in _READS:
+            return False
+    return True
+
+
+_SEGMENTS: Final = re.compile(r"&&|\|\||[;|&\n(){}]")
+_NEUTRAL: Final = frozenset({"sudo", "time", "nice", "true", "export", "set", "!"})
+_READS: Final = frozenset(
+    {
+        "ag", "awk", "basename", "cat", "cmp", "column", "cut", "date", "df", "diff", "dirname", "du", "echo",
+        "egrep", "env", "fgrep", "file", "find", "grep", "head", "id", "jq", "less", "ls", "more", "nl", "od",
+        "printenv", "printf", "ps", "pwd", "readlink", "realpath", "rg", "sed", "sort", "stat", "tail", "test",
+        "tr", "tree", "type", "uname", "uniq", "wc", "whereis", "which", "whoami", "xxd", "yq", "[",
+    }
+)  # fmt: skip
+"""Commands that only read (a write among them shows as a redirection, ``sed -i``, ``find -delete``...)."""
+_GIT_READS: Final = frozenset(
+    {"blame", "diff", "grep", "log", "ls-files", "remote", "rev-parse", "shortlog", "show", "status"}
+)
 
 
 def _values(arguments: Mapping[str, Any] | None) -> list[Any]:

@@ -114,3 +114,5 @@ class Outcome:
 
     key: str
     error: bool = False
+    says_nothing: bool = False
+    """The answer holds nothing to learn: empty, or a plain "no results" / "not found"."""

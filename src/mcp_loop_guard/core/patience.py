@@ -7,7 +7,7 @@ What shows intent is evidence relative to the agent itself, or in what it calls:
 
 - the tool is configured as pollable (``pollable``), or the call itself waits (a ``wait`` tool,
   a ``sleep`` command): see :mod:`mcp_loop_guard.core.intent`;
-- a gap far longer than the agent's own rhythm (its median gap between calls);
+- a gap far longer than the agent's own rhythm: ten times its median gap between calls, and a minute more;
 - retries of a failure whose gaps grow, each wait at least half as long again as the one before,
   over what the agent takes to think, and by more than its thinking time varies by itself (a backoff).
 
@@ -25,10 +25,10 @@ from mcp_loop_guard.core.state import MAX_PACE, Entry, State
 
 __all__ = ["LONG_FACTOR", "LONG_MIN_SECONDS", "backing_off", "long_gap", "note_gap"]
 
-LONG_FACTOR: Final = 4.0
+LONG_FACTOR: Final = 10.0
 """A gap this many times the agent's median gap is a deliberate wait..."""
-LONG_MIN_SECONDS: Final = 10.0
-"""...when it is also this much longer than the median: a fast client's scheduling hiccup is not one."""
+LONG_MIN_SECONDS: Final = 60.0
+"""...when it is also this much longer than the median: a slow thought, or a user's reply, is not one."""
 RHYTHM_CALLS: Final = 3
 """Gaps needed before the agent's rhythm is known."""
 GROWTH: Final = 1.5
@@ -60,18 +60,17 @@ def long_gap(state: State, gap: float) -> bool:
 def backing_off(state: State, call: str, gap: float) -> bool:
     """The call retries a failure, and every retry of the run so far waited longer than the last.
 
-    Waits are measured over the agent's thinking time: its quickest gap before the run began (or
-    the run's first gap, when the run is all there is).
+    Waits are measured over the agent's thinking time: its quickest gap, before the run or in it.
     """
     run = _run(state.history, call)
     if not run or not run[-1].error:
-        return False  # one backs off from a failure; an unchanged success repeated more slowly is no retry
+        return False  # one backs off from a failure; a success repeated more slowly is no retry
     gaps = [entry.gap for entry in run[1:]] + [gap]
     if len(gaps) < 2 or any(g <= 0 for g in gaps):
         return False
     retries = len(gaps) - 1  # gaps already in the pace (this one is noted after it is judged)
     before = state.pace[: len(state.pace) - retries]
-    base = min(before) if before else gaps[0]
+    base = min(before + gaps)
     step = max(GROWTH_MIN_SECONDS, JITTER_FACTOR * _jitter(before))
     waits = [max(0.0, g - base) for g in gaps]
     return all(later >= GROWTH * earlier and later - earlier >= step for earlier, later in pairwise(waits))

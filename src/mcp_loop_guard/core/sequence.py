@@ -22,6 +22,7 @@ from mcp_loop_guard.core.policy import Policy
 from mcp_loop_guard.core.state import (
     DIGEST,
     MAX_BATCHES,
+    MAX_ERRORS,
     MAX_REFUSED,
     TOKEN,
     Batch,
@@ -34,14 +35,18 @@ from mcp_loop_guard.core.state import (
 __all__ = [
     "MARK_TTL_SECONDS",
     "close_idle_window",
+    "count_failure",
     "cycle_count",
+    "decrement",
     "expire",
+    "failure_of",
     "find",
     "fold",
     "fold_completed",
     "fold_refused",
     "holding",
     "is_cycle",
+    "member_token",
     "open_batch",
     "recurrences",
     "settle",
@@ -53,12 +58,14 @@ MARK_TTL_SECONDS: Final = 900.0
 """A batch with no member begun or ended for this long was left by a process that died mid-call."""
 RESULT: Final = TOKEN - DIGEST - 1
 """Hex digits of a result kept in a window token: enough to tell one call's results apart."""
-_HELD, _WRITE, _ERROR, _WAIT = 1, 2, 4, 8
+_HELD, _WRITE, _ERROR, _WAIT, _NEW = 1, 2, 4, 8, 16
 """Flags of a window token, as one hex digit after the call and result digits."""
 _HEX16: Final = re.compile(r"[0-9a-f]{16}")
-_DIGITS: Final = tuple(f"{flags:x}" for flags in range(16))
+_DIGITS: Final = tuple("0123456789abcdefghijklmnopqrstuv")
+"""One character of flags per token, 32 combinations."""
 _HELDS: Final = frozenset(d for flags, d in enumerate(_DIGITS) if flags & _HELD)
 _ERRORS: Final = frozenset(d for flags, d in enumerate(_DIGITS) if flags & _ERROR)
+_NEWS: Final = frozenset(d for flags, d in enumerate(_DIGITS) if flags & _NEW)
 _STOPS: Final = {
     True: frozenset(d for flags, d in enumerate(_DIGITS) if flags & _WAIT),
     False: frozenset(d for flags, d in enumerate(_DIGITS) if flags & (_WAIT | _WRITE)),
@@ -99,16 +106,13 @@ def fold(state: State, entry: Entry, copies: int, failures: int | None = None) -
     history.append(entry)
     del history[: -len(runs)]
     if entry.error:
-        error = state.error
-        count = 0 if entry.held else copies if failures is None else failures
-        if error is not None and error.tool == entry.tool and error.result == entry.result:
-            error.count += count
-        else:
-            state.error = ErrorStreak(entry.tool, entry.result, count)
+        count_failure(state, entry.tool, entry.result, 0 if entry.held else copies if failures is None else failures)
         state.same = None
         return
-    if state.error is not None and (changed or state.error.tool == entry.tool):
-        state.error = None  # the tool works again, or something changed what it depends on
+    if changed:
+        state.errors.clear()  # something changed what the failing tools depend on
+    elif state.errors:
+        state.errors = [e for e in state.errors if e.tool != entry.tool]  # the tool works again
     same = state.same
     if entry.acts:  # a write's acknowledgment ("OK", "staged", "sent") is the same for every item, as it should be
         state.same = None
@@ -126,10 +130,13 @@ def fold(state: State, entry: Entry, copies: int, failures: int | None = None) -
 def _remember(state: State, entry: Entry) -> bool:
     """Add the entry's token to the window. Returns whether the world may have changed for what comes after:
     a wait, or a write that succeeded and was not seen in the window."""
-    mine = _fixed(entry.call) + _fixed(entry.result)[:RESULT]
+    answer = _fixed(entry.result)[:RESULT]
+    mine = _fixed(entry.call) + answer
     fresh_write = entry.acts and not entry.error and not _holds(state.window, mine)
+    new = not (entry.error or entry.says_nothing or entry.acts) and not _answered(state.window, answer)
     changed = entry.waits or fresh_write
     flags = (_HELD * entry.held) | (_WRITE * fresh_write) | (_ERROR * entry.error) | (_WAIT * entry.waits)
+    flags |= _NEW * new
     state.window += mine + _DIGITS[flags]  # :func:`size` trims it to the session's window
     return changed
 
@@ -140,6 +147,16 @@ def _fixed(key: str) -> str:
     if len(key) == DIGEST and _HEX16.fullmatch(key):
         return key
     return xxh3_64(key.encode("utf-8", "surrogatepass")).hexdigest()
+
+
+def _answered(window: str, answer: str) -> bool:
+    """A token of the window holds this answer (whatever the call)."""
+    position = window.find(answer, DIGEST)
+    while position >= 0:
+        if position % TOKEN == DIGEST:
+            return True
+        position = window.find(answer, position + 1)
+    return False
 
 
 def _holds(window: str, prefix: str) -> bool:
@@ -156,9 +173,11 @@ def recurrences(state: State, call: str, *, through_writes: bool = False) -> tup
     """(count, result, error): the latest result of ``call`` in the window and how many times in a row
     (other calls between) it came back unchanged, patient repeats not counted; (0, "", False) if absent.
 
-    The count stops at a wait, at an answer of the call that differed (polling that moves on), and,
-    unless ``through_writes``, at a write not seen before (what the call reads may have changed since:
-    the same answer after new edits is worth a warning, not a refusal).
+    The count stops at a wait, at an answer of the call that differed (polling that moves on), unless
+    ``through_writes`` at a write not seen before (what the call reads may have changed since: the same
+    answer after new edits is worth a warning, not a refusal), and, for an answer that is no error, at any
+    call between that answered something not seen before (browsing back to a results page between new
+    products is not a loop; the same failure between new reads is).
     """
     window = state.window
     call = _fixed(call)
@@ -168,14 +187,19 @@ def recurrences(state: State, call: str, *, through_writes: bool = False) -> tup
     flags = window[TOKEN - 1 :: TOKEN]
     first = max(flags.rfind(digit) for digit in _STOPS[through_writes]) * TOKEN  # -TOKEN when there is none
     count, result, error = 0, "", False
+    after = len(flags)
     while position >= max(first, 0):
         if position % TOKEN == 0:
-            answer, flag = window[position + DIGEST : position + TOKEN - 1], window[position + TOKEN - 1]
+            index = position // TOKEN
+            answer, flag = window[position + DIGEST : position + TOKEN - 1], flags[index]
             if not result:
                 result, error = answer, flag in _ERRORS
             elif answer != result:
                 break
+            if not error and any(other in _NEWS for other in flags[index + 1 : after]):
+                break  # news came between: a page to come back to, not a loop
             count += flag not in _HELDS
+            after = index
         position = window.rfind(call, 0, position + len(call) - 1)
     return count, result, error
 
@@ -241,11 +265,42 @@ def fold_completed(state: State) -> None:
 
 
 def _fold_batch(state: State, batch: Batch, entry: Entry) -> None:
-    """Fold what a batch completed: its last result, its copies, its failures."""
+    """Fold what a batch completed: its last result and its copies into the sequence, every other member
+    into the window, and every failure into the same-error streak it continues."""
     copies = batch.done.get(batch.last_done, 1)
-    failures = batch.failed.get(failure_key(entry.tool, entry.result), copies) if entry.error else None
+    last = failure_key(entry.tool, entry.result)
+    for failed, count in batch.failed.items():
+        if failed != last:
+            tool, result = failed.split("\x00", 1)
+            count_failure(state, tool, result, count)
+    failures = batch.failed.get(last, copies) if entry.error else None
     entry.held = entry.held or batch.held
+    state.window += batch.seen
+    batch.seen = ""
     fold(state, entry, copies, failures)
+
+
+def count_failure(state: State, tool: str, result: str, count: int) -> None:
+    """``count`` more failures of ``tool`` with this error. A tool failing another way starts over: its
+    failure changed, which is progress of a kind; other tools' failures are kept."""
+    found = next((e for e in state.errors if e.tool == tool and e.result == result), None)
+    state.errors = [e for e in state.errors if e.tool != tool]
+    if found is None:
+        found = ErrorStreak(tool, result, 0)
+    found.count += count
+    state.errors.append(found)
+    del state.errors[:-MAX_ERRORS]
+
+
+def failure_of(state: State, tool: str, result: str) -> ErrorStreak | None:
+    """The count of one tool's one error, if it is counted."""
+    return next((e for e in state.errors if e.tool == tool and e.result == result), None)
+
+
+def member_token(entry: Entry) -> str:
+    """The window token of a batch member that did not complete its batch (no write seen: a batch is one step)."""
+    flags = (_HELD * entry.held) | (_ERROR * entry.error) | (_WAIT * entry.waits) | _NEW
+    return _fixed(entry.call) + _fixed(entry.result)[:RESULT] + _DIGITS[flags]
 
 
 def failure_key(tool: str, result: str) -> str:
@@ -255,11 +310,16 @@ def failure_key(tool: str, result: str) -> str:
 
 def uncount(batch: Batch, call: str, count: int) -> None:
     """``count`` members with this call are no longer copies in flight."""
-    left = batch.members.get(call, 0) - count
+    decrement(batch.members, call, count)
+
+
+def decrement(counts: dict[str, int], key: str, count: int) -> None:
+    """Take ``count`` off a key's count, forgetting the key at zero."""
+    left = counts.get(key, 0) - count
     if left > 0:
-        batch.members[call] = left
+        counts[key] = left
     else:
-        batch.members.pop(call, None)
+        counts.pop(key, None)
 
 
 def holding(state: State, call: str) -> Batch | None:

@@ -19,6 +19,7 @@ from mcp_loop_guard.core.policy import MAX_CYCLE_PERIOD, MAX_WINDOW
 
 __all__ = [
     "DIGEST",
+    "MAX_ERRORS",
     "MAX_PACE",
     "MAX_REFUSED",
     "TOKEN",
@@ -42,13 +43,16 @@ MAX_BATCHES: Final = 8
 """Open batches kept; the oldest is settled when a new one would exceed this."""
 MAX_FIELDS: Final = 16
 """Items of one record in the wire form (an entry, a batch...): later versions may append some."""
+MAX_ERRORS: Final = 4
+"""Failures counted for the same-error rule at once (tools, or errors of one tool)."""
 MAX_PACE: Final = 8
 """Idle gaps remembered to know the agent's rhythm."""
 MAX_REFUSED: Final = 8
 """Refused calls remembered per request window, to let each through once in the next."""
 TOKEN: Final = DIGEST + 8 + 1
 """Characters of one call in the window: its loose fingerprint, 8 digits of its result's, one of flags."""
-_HEX: Final = re.compile(r"[0-9a-f]*")
+_HEX: Final = re.compile(r"(?:[0-9a-f]{24}[0-9a-v])*")
+"""Window tokens: 24 hex digits of fingerprints, then one character of flags."""
 
 _T = TypeVar("_T")
 
@@ -74,6 +78,8 @@ class Entry:
     """A patient repeat (see :mod:`mcp_loop_guard.core.patience`): it does not lengthen a streak."""
     gap: float = 0.0
     """Seconds the agent had been idle when the call began (0 when other calls were in flight)."""
+    says_nothing: bool = False
+    """The answer holds nothing to learn (empty, "no results"): no news for the recurring rule."""
 
     def same(self, other: Entry) -> bool:
         """Same call (tool and arguments, up to trivial variants) with the same result."""
@@ -82,7 +88,7 @@ class Entry:
 
 @dataclass(slots=True)
 class ErrorStreak:
-    """Consecutive error results of one tool with the same error."""
+    """Error results of one tool with the same error, whatever came between (until the tool succeeds)."""
 
     tool: str
     result: str
@@ -128,6 +134,10 @@ class Batch:
     """The ``done`` key of :attr:`last`: how many members completed as it did."""
     failed: dict[str, int] = field(default_factory=dict)
     """Tool + error fingerprint -> members that failed so: each counts toward the same-error streak."""
+    seen: str = ""
+    """Window tokens of the members that completed before :attr:`last`: each joins the window too."""
+    tools: dict[str, int] = field(default_factory=dict)
+    """Tool -> members in flight: copies a failing tool is about to fail again, for the same-error rule."""
 
 
 @dataclass(slots=True)
@@ -137,7 +147,8 @@ class State:
     history: list[Entry] = field(default_factory=list)
     runs: list[int] = field(default_factory=list)
     """runs[p - 1]: consecutive calls equal (call and result) to the call p places earlier."""
-    error: ErrorStreak | None = None
+    errors: list[ErrorStreak] = field(default_factory=list)
+    """The failures counted toward the same-error rule, one per tool and error, the latest last."""
     same: SameResult | None = None
     effects: dict[str, tuple[str, int]] = field(default_factory=dict)
     """Side-effect call fingerprint -> (tool, times called) since the world last changed by other means."""
@@ -205,8 +216,8 @@ class State:
     def wire(self) -> dict[str, Any]:
         """The state as plain JSON values (what :meth:`dumps` encodes)."""
         wire: dict[str, Any] = {"v": FORMAT, "h": [_entry(e) for e in self.history], "r": self.runs}
-        if self.error is not None:
-            wire["e"] = [self.error.tool, self.error.result, self.error.count]
+        if self.errors:
+            wire["e"] = [[e.tool, e.result, e.count] for e in self.errors]
         if self.same is not None:
             s = self.same
             wire["s"] = [s.tool, s.result, s.count, s.last_call, s.distinct]
@@ -236,6 +247,7 @@ class State:
 
 def _entry(entry: Entry) -> list[Any]:
     flags = int(entry.error) | (2 if entry.acts else 0) | (4 if entry.waits else 0) | (8 if entry.held else 0)
+    flags |= 16 if entry.says_nothing else 0
     wire: list[Any] = [entry.tool, entry.call, entry.result, flags]
     if entry.gap:
         wire.append(entry.gap)
@@ -256,6 +268,8 @@ def _batch(batch: Batch) -> list[Any]:
         batch.refused,
         batch.last_done,
         batch.failed,
+        batch.seen,
+        batch.tools,
     ]
 
 
@@ -275,7 +289,7 @@ def _read_state(cls: type[State], wire: dict[str, Any]) -> State:
     return cls(
         history=[_read_entry(entry, "h") for entry in history],
         runs=[_count(n, "r") for n in _list(wire.get("r"), "r", MAX_CYCLE_PERIOD)],
-        error=_read_error(error) if error is not None else None,
+        errors=_read_errors(error) if error is not None else [],
         same=_read_same(same) if same is not None else None,
         effects={key: _pair(value, "x", _text) for key, value in _object(wire.get("x", {}), "x", MAX_EFFECTS).items()},
         pace=[_seconds(gap, "p") for gap in _list(wire.get("p", []), "p", MAX_PACE)],
@@ -349,18 +363,30 @@ def _counts(value: object, field: str) -> dict[str, int]:
 def _read_entry(value: object, field: str) -> Entry:
     item = _list(value, field, MAX_FIELDS, 4)
     flags = _count(item[3], field)
-    if flags > 15:
-        raise _bad(field, "holds flags other than error (1), acts (2), waits (4) and held (8)")
+    if flags > 31:
+        raise _bad(field, "holds flags other than error (1), acts (2), waits (4), held (8) and says nothing (16)")
     gap = _seconds(item[4], field) if len(item) > 4 else 0.0  # absent from states written by earlier versions
-    error, acts, waits, held = (bool(flags & bit) for bit in (1, 2, 4, 8))
-    return Entry(_text(item[0], field), _text(item[1], field), _text(item[2], field), error, acts, waits, held, gap)
+    error, acts, waits, held, empty = (bool(flags & bit) for bit in (1, 2, 4, 8, 16))
+    tool, call, result = _text(item[0], field), _text(item[1], field), _text(item[2], field)
+    return Entry(tool, call, result, error, acts, waits, held, gap, empty)
 
 
 def _window(value: object) -> str:
     """A stored window: whole tokens of lower-case hex digits, at most :data:`MAX_WINDOW` of them."""
-    if not isinstance(value, str) or len(value) % TOKEN or len(value) > MAX_WINDOW * TOKEN or not _HEX.fullmatch(value):
-        raise _bad("w", f"is not a window of at most {MAX_WINDOW} calls")
+    return _tokens(value, "w", MAX_WINDOW)
+
+
+def _tokens(value: object, field: str, most: int) -> str:
+    if not isinstance(value, str) or len(value) % TOKEN or len(value) > most * TOKEN or not _HEX.fullmatch(value):
+        raise _bad(field, f"holds no tokens of at most {most} calls")
     return value
+
+
+def _read_errors(value: object) -> list[ErrorStreak]:
+    """The same-error counts: a list of them, or the one a state of an earlier version kept."""
+    if isinstance(value, list) and value and isinstance(value[0], str):
+        return [_read_error(value)]
+    return [_read_error(item) for item in _list(value, "e", MAX_ERRORS, 1)]
 
 
 def _read_error(value: object) -> ErrorStreak:
@@ -391,4 +417,6 @@ def _read_batch(value: object) -> Batch:
         refused=_counts(item[9], "B") if len(item) > 9 else {},  # absent from states written by earlier versions
         last_done=_text(item[10], "B") if len(item) > 10 else (last[1] + last[2] if isinstance(last, list) else ""),
         failed=_counts(item[11], "B") if len(item) > 11 else {},
+        seen=_tokens(item[12], "B", MAX_MEMBERS) if len(item) > 12 else "",
+        tools=_counts(item[13], "B") if len(item) > 13 else {},
     )

@@ -255,8 +255,8 @@ async def order_id_number_or_string(t: Take) -> None:
         list(range(2, 10)),
         "Looking for UI bugs, the agent searches 'button', then lists open issues labelled both bug and ui 8 times "
         '(lines 2 to 9), the labels given as ["bug", "ui"] and ["ui", "bug"] in turn; the filter is a set '
-        "and no issue has both, so every answer is the same empty list. The config declares labels unordered.",
-        config={"tools": {"list_issues": {"unorderedArgs": ["labels"]}}},
+        "and no issue has both, so every answer is the same empty list. Lists of plain values compare as sets "
+        "by default.",
     ),
 )
 async def issue_labels_reordered(t: Take) -> None:

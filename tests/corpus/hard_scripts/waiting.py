@@ -100,10 +100,12 @@ async def migration_wait_growing(t: Take) -> None:
 @hard_trace(
     "migration-agent-waits",
     hard_productive(
-        "wait_poll",
+        "clock_wait",
         "The agent starts the nightly migration and polls it once a minute, waiting itself (no tool): every poll "
         "line carries wait 60. The answer is 'running, 40%' seven times in a row (lines 4 to 10) before the "
-        "job moves on and succeeds (line 12). Only wait tells these identical calls in a row from a loop.",
+        "job moves on and succeeds (line 12). Only wait tells these identical calls in a row from a loop: a "
+        "live guard sees nothing but the clock, which is no evidence (a model thinking a minute per call looks "
+        "the same), so this is a case for `pollable: true` on job_status.",
         repeats=[4, 5, 6, 7, 8, 9, 10],
     ),
 )

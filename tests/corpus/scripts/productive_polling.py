@@ -54,7 +54,10 @@ async def deploy_rollout_plateau(t: Take) -> None:
     productive(
         "A nightly migration's copy step reports 'running, 40%' seven times in a row (lines 4 to 10, "
         "polled every 60 to 90 s) before it moves on and succeeds. A poller the identical rule as written "
-        "refuses at line 8; a false positive of the kind users report for polling tools."
+        "refuses at line 8; a false positive of the kind users report for polling tools. Only the clock "
+        "shows that the agent waits, which is no evidence (a model thinking a minute per call looks the "
+        "same): the guard refuses it unless job_status is configured pollable.",
+        "clock_wait",
     ),
 )
 async def migration_long_plateau(t: Take) -> None:
