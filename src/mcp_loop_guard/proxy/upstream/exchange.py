@@ -17,6 +17,7 @@ from urllib.parse import urljoin, urlsplit
 from mcp_loop_guard.config import HttpServer
 from mcp_loop_guard.proxy.upstream.http11 import Http11Error, Http11Pool, Response
 from mcp_loop_guard.proxy.upstream.tls import CONNECT_TIMEOUT, tls_context
+from mcp_loop_guard.proxy.wire.header_text import UnsafeHeaderError
 
 logger = logging.getLogger(__name__)
 
@@ -96,7 +97,8 @@ class HttpExchange:
         the endpoint's origin to send it to instead (a legacy SSE server's message endpoint).
 
         Raises:
-            UpstreamHttpError: the upstream cannot be reached, or the connection broke.
+            UpstreamHttpError: the upstream cannot be reached, the connection broke, or a header
+                would have broken the request's framing (nothing was sent).
         """
         kept = [(key, value) for key, value in headers if key in FORWARDED_REQUEST_HEADERS or key.startswith(b"mcp-")]
         try:
@@ -114,6 +116,9 @@ class HttpExchange:
         except Http11Error as error:
             how = "is unreachable" if error.connect else "broke off its answer"
             raise UpstreamHttpError(f"upstream {self.name!r} {how} ({error})") from None
+        except UnsafeHeaderError as error:
+            logger.warning("refused to send a request to upstream %r: %s", self.name, error)
+            raise UpstreamHttpError(f"upstream {self.name!r} was not sent the request ({error})") from None
 
     def _redirected(self, method: str, response: Response) -> str | None:
         """The new path of a redirect to follow: on the endpoint's own origin, keeping the method; else None.
