@@ -25,6 +25,7 @@ from pydantic.alias_generators import to_camel
 from pydantic_core import ErrorDetails
 
 from mcp_loop_guard.policies import PolicySpec, ToolSpec
+from mcp_loop_guard.proxy.wire.header_text import has_control
 from mcp_loop_guard.settings import FileSettings, Settings, SettingsError
 
 __all__ = [
@@ -239,6 +240,8 @@ def url_config(url: str, transport: Literal["http", "sse"] | None = None, header
         name, colon, value = header.partition(":")
         if not colon or not _HEADER_NAME.match(name.strip()):
             raise ConfigError("--header", [("", 'expected "Name: value", with a header name before the colon')])
+        if (problem := _header_problem(name.strip(), value.strip())) is not None:
+            raise ConfigError("--header", [(name.strip(), problem)])
         sent[name.strip()] = value.strip()
     host = urlsplit(url).hostname or ""
     name = re.sub(r"[^a-zA-Z0-9_-]", "-", host)[:64] or "upstream"
@@ -312,6 +315,11 @@ def _server(
     if len(problems) == found and not _is_http_url(url):
         problems.append((f"{at}.url", "expected an http:// or https:// URL with a host"))
     headers = MappingProxyType({key: expand(value, f"headers.{key}") for key, value in spec.headers.items()})
+    problems.extend(
+        (f"{at}.headers.{key}", problem)
+        for key, value in headers.items()
+        if (problem := _header_problem(key, value)) is not None
+    )
     remote: Literal["http", "sse"] = (
         "sse" if kind == "sse" or (kind is None and _guess_transport(url) == "sse") else "http"
     )
@@ -409,6 +417,17 @@ def _name_from_command(command: Sequence[str]) -> str:
         package = next((arg for arg in command[1:] if not arg.startswith("-") and arg != "run"), "")
         stem = package.rpartition("/")[2].lstrip("@").partition("@")[0] or stem
     return re.sub(r"[^a-zA-Z0-9_-]", "_", stem)[:64] or "upstream"
+
+
+def _header_problem(name: str, value: str) -> str | None:
+    """What makes a configured header unsendable (after ``${VAR}`` expansion), never quoting its value."""
+    if not _HEADER_NAME.match(name):
+        return "not an HTTP header name (letters, digits and !#$%&'*+-.^_`|~ only)"
+    if has_control(value):
+        return "the value holds a control character (CR, LF, NUL...), which would end the header"
+    if not value.isascii() and any(ord(char) > 0xFF for char in value):
+        return "the value holds characters an HTTP header cannot carry (beyond Latin-1)"
+    return None
 
 
 def _guess_transport(url: str) -> Literal["http", "sse"]:

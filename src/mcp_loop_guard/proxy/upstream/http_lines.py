@@ -29,6 +29,7 @@ from mcp_loop_guard.proxy.upstream.exchange import HttpExchange, Response, Upstr
 from mcp_loop_guard.proxy.upstream.http_answers import EVENTS, JSON, Resume, drain, read_messages
 from mcp_loop_guard.proxy.upstream.http_headers import ParamHeaders, routing_headers
 from mcp_loop_guard.proxy.upstream.http_streams import HttpStreams
+from mcp_loop_guard.proxy.wire.header_text import UnsafeHeaderError
 from mcp_loop_guard.proxy.wire.lines import Oversized
 from mcp_loop_guard.proxy.wire.messages import Message, RequestId
 
@@ -161,6 +162,9 @@ class HttpLines(HttpStreams):
                 sending.failure = str(error)  # the caller raises it
             elif ident is not None:
                 await self.on_failure(ident, str(error))
+        except UnsafeHeaderError as error:  # the message reader refuses such client text first
+            logger.warning("refused to send a %r upstream: %s", (message.method or "")[:80], error)
+            await self._answers_none(message, ident, f"was not sent the request: {error}")
         finally:
             self._busy -= 1
             if not self._busy:
