@@ -264,7 +264,7 @@ class Settings(BaseSettings):
         default=10.0, gt=0, description="Seconds a client may take to send an HTTP request's line and headers."
     )
     body_timeout_seconds: float = Field(
-        default=30.0, gt=0, description="Seconds a client may take to send an HTTP request's body."
+        default=30.0, gt=0, description="Seconds a client may take to send an HTTP request's body after its headers."
     )
     max_pending_requests: int = Field(
         default=64, ge=1, description="Upstream requests (sampling, roots, ping) awaiting one client at once."
