@@ -26,6 +26,7 @@ from pydantic_core import ErrorDetails
 
 from mcp_loop_guard.policies import PolicySpec, ToolSpec
 from mcp_loop_guard.proxy.wire.header_text import has_control
+from mcp_loop_guard.redaction import redact_url
 from mcp_loop_guard.settings import FileSettings, Settings, SettingsError
 
 __all__ = [
@@ -442,17 +443,6 @@ def _is_http_url(url: str) -> bool:
     except ValueError:
         return False
     return parts.scheme in {"http", "https"} and bool(parts.hostname)
-
-
-def redact_url(url: str) -> str:
-    """``url`` as messages and logs may show it: scheme, host, port and path; no credentials, query or fragment."""
-    parts = urlsplit(url)
-    host = parts.hostname or ""
-    if ":" in host:
-        host = f"[{host}]"
-    if parts.port:
-        host = f"{host}:{parts.port}"
-    return f"{parts.scheme}://{host}{parts.path}"
 
 
 def _masked(values: Mapping[str, str]) -> str:
