@@ -7,16 +7,18 @@ runs for a call: the judge holds None.
 
 Spans follow the MCP semantic conventions: named ``tools/call <tool>``, kind SERVER, with
 ``mcp.method.name``, ``gen_ai.operation.name`` (``execute_tool``), ``gen_ai.tool.name``,
-``mcp.session.id`` (the agent's key) and the guard's own ``mcp_loop_guard.*`` attributes
-(server, verdict, family, count). Every warn, block and abort adds a span event. The trace
-context comes from the request's ``params._meta`` (``traceparent``, ``tracestate``) or, over
-HTTP, its headers, and the upstream gets this span's context in ``params._meta`` (on the SDK
-paths the SDK's own client span, a child of this one, carries it). Names and counts only:
-never arguments or results.
+``mcp.session.id`` (a digest of the agent's key: over HTTP without tokens the session id is
+the client's only credential, so it never goes to a collector as it is) and the guard's own
+``mcp_loop_guard.*`` attributes (server, verdict, family, count). Every warn, block and
+abort adds a span event. The trace context comes from the request's ``params._meta``
+(``traceparent``, ``tracestate``) or, over HTTP, its headers, and the upstream gets this
+span's context in ``params._meta`` (on the SDK paths the SDK's own client span, a child of
+this one, carries it). Names and counts only: never arguments or results.
 """
 
 from __future__ import annotations
 
+import hashlib
 import importlib
 import logging
 import os
@@ -32,7 +34,7 @@ if TYPE_CHECKING:
     from opentelemetry.sdk.trace import TracerProvider
     from opentelemetry.trace import Span, Tracer
 
-__all__ = ["CARRIER_KEYS", "CallSpan", "Tracing", "current", "installed"]
+__all__ = ["CARRIER_KEYS", "CallSpan", "Tracing", "current", "installed", "session_digest"]
 
 logger = logging.getLogger(__name__)
 
@@ -127,11 +129,16 @@ class Tracing:
                 "mcp.method.name": "tools/call",
                 "gen_ai.operation.name": "execute_tool",
                 "gen_ai.tool.name": tool,
-                "mcp.session.id": session,
+                "mcp.session.id": session_digest(session),
                 "mcp_loop_guard.server": server,
             },
         )
         return CallSpan(span)
+
+
+def session_digest(key: str) -> str:
+    """What a span says of an agent's key: the first 16 hex digits of its SHA-256, the same in every replica."""
+    return hashlib.sha256(key.encode()).hexdigest()[:16]
 
 
 def current() -> Tracing | None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -12,7 +13,7 @@ import anyio
 import pytest
 
 from tests.harness import Connector, CountingUpstream, tapped, wiretap_command
-from tests.http_harness import KEY_HEADER, Rig, ServerProcess, payload_for, raw_call, serve_guard
+from tests.http_harness import KEY_HEADER, Rig, ServerProcess, open_http_session, payload_for, raw_call, serve_guard
 from tests.otlp_receiver import ReceivedSpan, Receiver, otlp_receiver
 
 pytestmark = pytest.mark.anyio
@@ -135,6 +136,28 @@ async def test_the_sdk_path_continues_a_trace_from_the_request_headers(
     (upstream_call,) = [span for span in receiver.received() if span.parent_span_id == spans[0].span_id]
     assert upstream_call.trace_id == TRACE_ID
     assert upstream_call.attributes["mcp.method.name"] == "tools/call"
+
+
+@pytest.mark.parametrize("servers", [1, 2], ids=["the relay in front of one server", "the SDK path"])
+async def test_a_session_id_reaches_no_span_as_it_is(
+    rig: Rig, counting: CountingUpstream, receiver: Receiver, servers: int
+) -> None:
+    """Without tokens the Mcp-Session-Id is a credential: spans carry a 16-digit digest of the agent key instead."""
+    env = {**counting.env, **otel_env(receiver), "LOOP_GUARD_STATE": "memory"}
+    entry = {"command": counting.command[0], "args": counting.command[1:]}
+    config = rig.config({f"counting{n}": entry for n in range(servers)})
+    tool = "echo" if servers == 1 else "counting0__echo"
+    async with (
+        serve_guard(["--config", str(config)], marker=rig.marker, stderr=rig.log("guard"), env=env) as guard,
+        open_http_session(guard.mcp_url) as client,
+    ):
+        with anyio.fail_after(20):
+            await client.session.call_tool(tool, {"text": "x"}, meta={"traceparent": TRACEPARENT})
+        spans = await spans_of(receiver, 1)
+        session_id = client.session_id
+    everything = json.dumps([[span.attributes, span.events] for span in receiver.received()])
+    assert session_id not in everything
+    assert re.fullmatch(r"[0-9a-f]{16}", spans[0].attributes["mcp.session.id"]), spans[0].attributes
 
 
 async def test_without_an_exporter_configured_nothing_is_traced_and_otel_is_not_loaded() -> None:
