@@ -11,7 +11,8 @@ Spans follow the MCP semantic conventions: named ``tools/call <tool>``, kind SER
 the client's only credential, so it never goes to a collector as it is) and the guard's own
 ``mcp_loop_guard.*`` attributes (server, verdict, family, count). Every warn, block and
 abort adds a span event. The trace context comes from the request's ``params._meta``
-(``traceparent``, ``tracestate``) or, over HTTP, its headers, and the upstream gets this
+(``traceparent``, ``tracestate``) or, over HTTP, its headers, as far as it follows the W3C
+rules (:mod:`~mcp_loop_guard.trace_context`), and the upstream gets this
 span's context in ``params._meta`` (on the SDK paths the SDK's own client span, a child of
 this one, carries it). Names and counts only: never arguments or results.
 """
@@ -28,6 +29,7 @@ from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
 from mcp_loop_guard.core.model import Action, Verdict
+from mcp_loop_guard.trace_context import CARRIER_KEYS, checked_carrier
 
 if TYPE_CHECKING:
     from opentelemetry.context import Context
@@ -38,8 +40,6 @@ __all__ = ["CARRIER_KEYS", "CallSpan", "Tracing", "current", "installed", "sessi
 
 logger = logging.getLogger(__name__)
 
-CARRIER_KEYS = ("traceparent", "tracestate")
-"""W3C trace context keys, in ``params._meta`` and in HTTP headers."""
 FLUSH_MILLIS = 1000
 """At exit, how long spans not yet sent may take to go out."""
 _current: Tracing | None = None
@@ -120,7 +120,7 @@ class Tracing:
                 return None
             return extracted
 
-        given = {key: value for key in CARRIER_KEYS if isinstance(value := (carrier or {}).get(key), str)}
+        given = checked_carrier(carrier or {})  # what fails the W3C rules is not read at all
         span = self.tracer.start_span(
             f"tools/call {tool}",
             context=_parent(extract(given)) if given else None,

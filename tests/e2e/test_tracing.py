@@ -91,6 +91,27 @@ async def test_the_stdio_relay_sends_a_span_per_call_with_verdict_events_and_con
         assert message["params"]["_meta"]["traceparent"] == f"00-{TRACE_ID}-{span.span_id}-01"
 
 
+async def test_a_tracestate_that_breaks_the_rules_is_neither_read_nor_passed_on(
+    connect: Connector, counting: CountingUpstream, receiver: Receiver, tmp_path: Path
+) -> None:
+    """A valid traceparent with a tracestate of 40 members: the span continues the trace, the upstream gets no state."""
+    tap = tmp_path / "tap.jsonl"
+    env = {**counting.env, **otel_env(receiver)}
+    tracestate = ",".join(f"k{n}=v" for n in range(40))
+    async with connect.guard_process(wiretap_command(tap, counting.command), env=env) as guard:
+        with anyio.fail_after(30):
+            meta = {"traceparent": TRACEPARENT, "tracestate": tracestate}
+            await guard.session.call_tool("echo", {"text": "x"}, meta=meta)
+        await guard.close_stdin()
+        with anyio.fail_after(10):
+            await guard.wait_exit()
+    (span,) = await spans_of(receiver, 1)
+    (forwarded,) = tapped(tap, "server", "tools/call")
+    assert (span.trace_id, span.parent_span_id) == (TRACE_ID, CLIENT_SPAN)
+    assert forwarded["params"]["_meta"]["traceparent"] == f"00-{TRACE_ID}-{span.span_id}-01"
+    assert "tracestate" not in forwarded["params"]["_meta"], forwarded["params"]["_meta"]
+
+
 async def _traced_call(guard: ServerProcess, tool: str, receiver: Receiver) -> list[ReceivedSpan]:
     """One keyed sessionless call with the client's ``traceparent`` header; the guard's span of it."""
     with anyio.fail_after(30):

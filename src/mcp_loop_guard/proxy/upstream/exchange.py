@@ -18,6 +18,7 @@ from mcp_loop_guard.config import HttpServer
 from mcp_loop_guard.proxy.upstream.http11 import Http11Error, Http11Pool, Response
 from mcp_loop_guard.proxy.upstream.tls import CONNECT_TIMEOUT, tls_context
 from mcp_loop_guard.proxy.wire.header_text import UnsafeHeaderError
+from mcp_loop_guard.trace_context import checked_headers
 
 logger = logging.getLogger(__name__)
 
@@ -25,8 +26,9 @@ __all__ = ["FORWARDED_REQUEST_HEADERS", "HttpExchange", "Response", "UpstreamHtt
 
 FORWARDED_REQUEST_HEADERS = frozenset({b"accept", b"content-type", b"last-event-id", b"traceparent", b"tracestate"})
 """What of a client's request reaches the upstream, besides MCP's own ``Mcp-*`` headers (the session, the
-protocol version, and 2026-07-28's ``Mcp-Method``, ``Mcp-Name`` and ``Mcp-Param-*``): the trace context.
-Not the client's credentials for the guard (its bearer token), its cookies, or the guard's key header."""
+protocol version, and 2026-07-28's ``Mcp-Method``, ``Mcp-Name`` and ``Mcp-Param-*``): the trace context (as far
+as it follows the W3C rules). Not the client's credentials for the guard (its bearer token), its cookies, or the
+guard's key header."""
 _HOP_BY_HOP = frozenset(
     {
         b"connection",
@@ -100,7 +102,9 @@ class HttpExchange:
             UpstreamHttpError: the upstream cannot be reached, the connection broke, or a header
                 would have broken the request's framing (nothing was sent).
         """
-        kept = [(key, value) for key, value in headers if key in FORWARDED_REQUEST_HEADERS or key.startswith(b"mcp-")]
+        kept = checked_headers(
+            [(key, value) for key, value in headers if key in FORWARDED_REQUEST_HEADERS or key.startswith(b"mcp-")]
+        )
         try:
             for _ in range(MAX_REDIRECTS):
                 async with self.pool.request(method, kept, body, sent=sent, target=target) as response:
