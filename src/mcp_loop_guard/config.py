@@ -15,7 +15,7 @@ import re
 import shlex
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 from types import MappingProxyType
 from typing import Any, Literal
 from urllib.parse import urlsplit
@@ -26,7 +26,7 @@ from pydantic_core import ErrorDetails
 
 from mcp_loop_guard.policies import PolicySpec, ToolSpec
 from mcp_loop_guard.proxy.wire.header_text import has_control
-from mcp_loop_guard.redaction import redact_url
+from mcp_loop_guard.redaction import program_name, program_stem, redact_url
 from mcp_loop_guard.settings import FileSettings, Settings, SettingsError
 
 __all__ = [
@@ -38,6 +38,7 @@ __all__ = [
     "ServerSpec",
     "StdioServer",
     "load_config",
+    "program_name",
     "redact_url",
     "stdio_command_config",
     "url_config",
@@ -79,7 +80,9 @@ class StdioServer:
     call_timeout: float | None = None
     """Seconds a request may go without an answer or progress (``callTimeoutSeconds``); None: the global one."""
     display: str = field(default="", compare=False)
-    """The command line as the user wrote it (``${VAR}`` references unexpanded), for messages others may see."""
+    """The command line as the user wrote it (``${VAR}`` references unexpanded), for the operator's log only."""
+    public: str = field(default="", compare=False)
+    """The name texts a client reads give it, when not ``name`` (see :attr:`public_name`)."""
 
     def __repr__(self) -> str:
         """Everything but the values of ``env``, which often hold tokens."""
@@ -87,6 +90,15 @@ class StdioServer:
             f"StdioServer(name={self.name!r}, command={self.command!r}, args={self.args!r}, "
             f"env={_masked(self.env)}, cwd={self.cwd!r}, policy={dict(self.policy)!r})"
         )
+
+    @property
+    def public_name(self) -> str:
+        """How texts a model may read name the server: its config name, or for ``-- COMMAND`` the program's.
+
+        Never its arguments or command line: those may hold a path or a secret, and the model
+        (and whoever reads its transcript) has no business with them.
+        """
+        return self.public or self.name
 
 
 @dataclass(frozen=True, slots=True, repr=False)
@@ -221,7 +233,12 @@ def stdio_command_config(command: Sequence[str], cwd: str | None) -> GuardConfig
     if not command or not command[0]:
         raise ConfigError("command", [("", "give the upstream server command after --")])
     server = StdioServer(
-        _name_from_command(command), command[0], tuple(command[1:]), cwd=cwd, display=shlex.join(command)
+        _name_from_command(command),
+        command[0],
+        tuple(command[1:]),
+        cwd=cwd,
+        display=shlex.join(command),
+        public=program_name(command[0]),
     )
     return GuardConfig(None, (server,), FileSettings({}))
 
@@ -412,8 +429,7 @@ class _Expander:
 
 def _name_from_command(command: Sequence[str]) -> str:
     """A server name from the program's basename, or from the package a runner (npx, uvx...) starts."""
-    program = PurePosixPath(command[0].replace("\\", "/")).name
-    stem = re.sub(r"\.(exe|cmd|bat|py|js|mjs)$", "", program, flags=re.IGNORECASE)
+    stem = program_stem(command[0])
     if stem.lower() in _LAUNCHERS:
         package = next((arg for arg in command[1:] if not arg.startswith("-") and arg != "run"), "")
         stem = package.rpartition("/")[2].lstrip("@").partition("@")[0] or stem

@@ -23,7 +23,7 @@ import anyio
 import anyio.abc
 
 from mcp_loop_guard import codec
-from mcp_loop_guard.config import HttpServer, redact_url
+from mcp_loop_guard.config import HttpServer
 from mcp_loop_guard.proxy.upstream.channel import Incoming, OwnRequests, UpstreamDownError
 from mcp_loop_guard.proxy.upstream.exchange import HttpExchange, Response, UpstreamHttpError
 from mcp_loop_guard.proxy.upstream.http_answers import EVENTS, JSON, Resume, drain, read_messages
@@ -89,8 +89,8 @@ class HttpLines(HttpStreams):
 
     @property
     def label(self) -> str:
-        """The upstream's URL, without its password or query values."""
-        return f"`{redact_url(self.spec.url)}`"
+        """How messages name the upstream: its server's name (never its URL, whose path may hold a key)."""
+        return f"`{self.spec.name}`"
 
     def down_reason(self) -> str | None:
         """Why the last message could not reach the upstream, until one does again."""
