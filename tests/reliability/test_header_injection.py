@@ -175,9 +175,22 @@ async def attack(client: Client) -> dict[str, Message]:
         await client.notify(smuggling("notifications/message"), {"_meta": MODERN})
     await ask("tool name", "tools/call", call(smuggling("echo"), {"text": "named"}))
     await ask("header argument", "tools/call", call("lookup", {"key": smuggling("k")}))
+    await ask("resource uri", "resources/read", {"uri": smuggling("file:///notes"), "_meta": MODERN})
+    await ask("prompt name", "prompts/get", {"name": smuggling("greeting"), "_meta": MODERN})
     await ask("once after", "tools/call", call("once", {}))
     await ask("fresh", "tools/call", call("echo", {"text": "fresh"}))
     return answers
+
+
+def _named(entry: dict[str, Any]) -> object:
+    """What a recorded request names (a tool or prompt, a resource's URI): what goes in its Mcp-Name header."""
+    params = (entry.get("body") or {}).get("params") or {}
+    return params.get("uri", params.get("name"))
+
+
+def _header(entry: dict[str, Any], name: str) -> str:
+    """One header of a recorded request, by lower-case name ("" when it has none)."""
+    return next((value for key, value in entry["headers"] if key.lower() == name), "")
 
 
 def requests_with(recorded: list[dict[str, Any]], header: str) -> list[str]:
@@ -189,7 +202,7 @@ def requests_with(recorded: list[dict[str, Any]], header: str) -> list[str]:
 async def test_no_request_is_smuggled_through_the_headers_built_from_a_message(
     transport: str, rig: Rig, raw_guard: RawConnector, tmp_path: Path
 ) -> None:
-    """CR/LF in the method, the _meta version, the tool name or a header argument: nothing smuggled, refusals hold."""
+    """CR/LF in the method, _meta version, a tool/resource/prompt name, a header argument: no request smuggled."""
     log = tmp_path / "requests.jsonl"
     log.touch()
     async with rig.recording_http(log) as upstream, guarded(transport, rig, raw_guard, upstream.mcp_url) as client:
@@ -212,6 +225,9 @@ async def test_no_request_is_smuggled_through_the_headers_built_from_a_message(
     assert result_texts(answers["fresh"]) == ["fresh"]
     assert result_texts(answers["tool name"]) == ["named"]
     assert {value[:9] for value in requests_with(recorded, "mcp-param-key")} == {"=?base64?"}
+    named = [entry for entry in recorded if "smuggled" in json.dumps(_named(entry))]
+    assert sorted(entry["body"]["method"] for entry in named) == ["prompts/get", "resources/read", "tools/call"]
+    assert [_header(entry, "mcp-name")[:9] for entry in named] == ["=?base64?"] * 3
     assert all("\r" not in value and "\n" not in value for entry in recorded for _, value in entry["headers"])
     mcp_names = requests_with(recorded, "mcp-name")
     assert any(value.startswith("=?base64?") for value in mcp_names), mcp_names
