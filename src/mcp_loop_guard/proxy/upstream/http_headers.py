@@ -36,28 +36,31 @@ class ParamHeaders:
         self._schemas: dict[str, Any] = {}
 
     def learn(self, tools: list[Any]) -> None:
-        """Keep the input schemas that declare headers (most declare none), when the declarations are valid."""
+        """Keep the input schemas that declare headers (most declare none)."""
         for tool in tools:
             if isinstance(tool, dict) and isinstance(name := tool.get("name"), str):
                 schema = tool.get("inputSchema")
-                self._schemas.pop(name, None)
-                if _ANNOTATION not in _text(schema):
-                    continue
-                from mcp.shared.inbound import find_invalid_x_mcp_header  # noqa: PLC0415 - see the module text
-
-                problem = find_invalid_x_mcp_header(schema)
-                if problem is None:
+                if _ANNOTATION in _text(schema):
                     self._schemas[name] = schema
                 else:
-                    logger.warning("upstream tool %r declares headers wrongly (%s); none sent", name[:80], problem)
+                    self._schemas.pop(name, None)
 
     def headers(self, tool: object, arguments: object) -> list[tuple[bytes, bytes]]:
-        """The ``Mcp-Param-*`` headers of one call."""
+        """The ``Mcp-Param-*`` headers of one call; none for a schema whose declarations are invalid."""
         schema = self._schemas.get(tool) if isinstance(tool, str) else None
         if schema is None or not isinstance(arguments, dict):
             return []
-        from mcp.shared.inbound import mcp_param_headers, x_mcp_header_map  # noqa: PLC0415 - see the module text
+        from mcp.shared.inbound import (  # noqa: PLC0415 - see the module text
+            find_invalid_x_mcp_header,
+            mcp_param_headers,
+            x_mcp_header_map,
+        )
 
+        problem = find_invalid_x_mcp_header(schema)
+        if problem is not None:  # a header name that is no token, say: said once, then the tool sends none
+            logger.warning("upstream tool %r declares headers wrongly (%s); none sent", str(tool)[:80], problem)
+            self._schemas.pop(str(tool), None)
+            return []
         found = mcp_param_headers(x_mcp_header_map(schema), arguments)
         return [(key.lower().encode("latin-1"), value.encode("latin-1")) for key, value in found.items()]
 
