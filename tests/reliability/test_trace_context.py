@@ -73,17 +73,23 @@ def calls(log: Path) -> dict[str, dict[str, Any]]:
 async def test_trace_context_in_meta_that_breaks_the_rules_is_dropped(
     rig: Rig, raw_guard: RawConnector, tmp_path: Path
 ) -> None:
-    """stdio guard, tracing off: each call's _meta keeps a valid context and loses what fails the W3C rules."""
+    """stdio guard, tracing off: each call's _meta loses what fails the W3C rules, and keeps the rest (the
+    progress token the guard adds for its call timeout included)."""
     log = tmp_path / "requests.jsonl"
     log.touch()
     cases = {**CASES, **META_ONLY}
-    async with rig.recording_http(log) as upstream, raw_guard([], guard_args=["--upstream", upstream.mcp_url]) as guard:
+    async with (
+        rig.recording_http(log) as upstream,
+        raw_guard([], guard_args=["--upstream", upstream.mcp_url, "--call-timeout-seconds", "30"]) as guard,
+    ):
         for name, (sent, _) in cases.items():
             params = {"name": "echo", "arguments": {"text": name}, "_meta": sent}
             answer = await guard.request("tools/call", params)
             assert result_texts(answer) == [name], answer
     reached = {name: carried(entry) for name, entry in calls(log).items()}
     assert reached == {name: kept for name, (_, kept) in cases.items()}
+    tokens = [entry["body"]["params"]["_meta"].get("progressToken", "") for entry in calls(log).values()]
+    assert all(str(token).startswith("mcp-loop-guard-progress-") for token in tokens), tokens
 
 
 async def test_trace_context_headers_that_break_the_rules_are_dropped(rig: Rig, tmp_path: Path) -> None:

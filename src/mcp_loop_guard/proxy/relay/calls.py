@@ -50,9 +50,10 @@ async def begin_call(
     tracing is on.
     """
     name = params["name"]
-    meta = params.get("_meta")
-    if isinstance(meta, dict) and (checked := checked_meta(meta)) is not None:
-        message.body["params"] = params = {**params, "_meta": checked}
+    sent = message.body.get("params")  # what goes upstream: the relay may have added to ``params`` already
+    meta = sent.get("_meta") if isinstance(sent, dict) else None
+    if isinstance(sent, dict) and isinstance(meta, dict) and (checked := checked_meta(meta)) is not None:
+        message.body["params"] = {**sent, "_meta": checked}
         message.changed()
         meta = checked
     trace = meta if isinstance(meta, dict) and any(key in meta for key in CARRIER_KEYS) else carried
