@@ -19,7 +19,15 @@ import anyio
 import pytest
 
 from tests.harness import read_json_lines
-from tests.http_harness import SESSION_HEADER, Rig, http_post, initialize_body, tool_call_body
+from tests.http_harness import (
+    SESSION_HEADER,
+    Rig,
+    http_post,
+    initialize_body,
+    open_http_session,
+    time_entry,
+    tool_call_body,
+)
 from tests.reliability.wire import RawConnector, result_texts
 
 pytestmark = [pytest.mark.e2e, pytest.mark.anyio]
@@ -105,3 +113,19 @@ async def test_trace_context_headers_that_break_the_rules_are_dropped(rig: Rig, 
                 assert answer.status_code == 200, (name, answer.status_code, answer.text[:300])
     reached = {name: carried(entry) for name, entry in calls(log).items()}
     assert reached == {name: kept for name, (_, kept) in CASES.items()}
+
+
+async def test_trace_context_in_meta_is_checked_on_the_sdk_path(rig: Rig, tmp_path: Path) -> None:
+    """HTTP guard of two servers (the SDK path): a call's _meta reaches the upstream without what fails the rules."""
+    log = tmp_path / "requests.jsonl"
+    log.touch()
+    cases = {**CASES, **META_ONLY}
+    async with rig.recording_http(log) as upstream:
+        config = rig.config({"rec": {"type": "http", "url": upstream.mcp_url}, "time": time_entry()})
+        async with rig.guard(["--config", str(config)]) as guard, open_http_session(guard.mcp_url) as client:
+            with anyio.fail_after(30):
+                for name, (sent, _) in cases.items():
+                    result = await client.session.call_tool("rec__echo", {"text": name}, meta=sent)
+                    assert not result.is_error, (name, result)
+    reached = {name: carried(entry) for name, entry in calls(log).items()}
+    assert reached == {name: kept for name, (_, kept) in cases.items()}
