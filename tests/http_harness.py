@@ -653,6 +653,10 @@ class Rig:
         """The raw HTTP fixture: ``status:N`` answers N to everything, ``silent`` never answers."""
         return serve_raw_http(mode, marker=self.marker, stderr=self.log(f"raw-http-{mode.replace(':', '-')}"))
 
+    def recording_http(self, log: Path) -> AbstractAsyncContextManager[ServerProcess]:
+        """The raw HTTP fixture as a minimal MCP server writing every request it parses to ``log``."""
+        return serve_raw_http(f"record:{log}", marker=self.marker, stderr=self.log("raw-http-record"))
+
     def everything_http(self) -> AbstractAsyncContextManager[ServerProcess]:
         """server-everything in its own streamable HTTP mode."""
         return serve_everything_http(marker=self.marker, stderr=self.log("everything-http"))

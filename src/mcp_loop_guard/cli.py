@@ -22,6 +22,7 @@ import anyio
 
 from mcp_loop_guard import __version__
 from mcp_loop_guard.proxy.upstream.child import ChildProcess, UpstreamStartError, relay_stderr_as_logs, spawn
+from mcp_loop_guard.redaction import program_name
 
 if TYPE_CHECKING:
     from mcp_loop_guard.settings import SettingField
@@ -149,7 +150,7 @@ def _early_child(args: Sequence[str]) -> ChildProcess | UpstreamStartError | Non
     if transport.strip().lower() != "stdio" and not _port_free(options):
         return None  # the guard will stop at its own bind, and the upstream must not start for nothing
     try:
-        return spawn(command, cwd=_option(options, "--cwd"), display=shlex.join(command))
+        return spawn(command, name=program_name(command[0]), cwd=_option(options, "--cwd"), display=shlex.join(command))
     except UpstreamStartError as error:
         return error
 
@@ -353,7 +354,7 @@ def _start(args_list: list[str], early: ChildProcess | UpstreamStartError | None
     _configure_logging(settings.log_level, settings.log_format, contents=settings.log_contents)
     if isinstance(early, UpstreamStartError):
         if settings.transport == "stdio":
-            logging.getLogger("mcp_loop_guard").error("%s", early)
+            logging.getLogger("mcp_loop_guard").error("%s (command: `%s`)", early, early.command_line)
             return EXIT_START_FAILED
         early = None  # over HTTP a broken upstream is reported in /readyz and retried, never fatal
     first = early if early is not None and decided.single_stdio is not None else None

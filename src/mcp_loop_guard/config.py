@@ -17,7 +17,7 @@ import shlex
 import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 from types import MappingProxyType
 from typing import Any, Literal
 from urllib.parse import urlsplit
@@ -27,6 +27,8 @@ from pydantic.alias_generators import to_camel
 from pydantic_core import ErrorDetails
 
 from mcp_loop_guard.policies import PolicySpec, ToolSpec
+from mcp_loop_guard.proxy.wire.header_text import has_control
+from mcp_loop_guard.redaction import program_name, program_stem, redact_url
 from mcp_loop_guard.settings import FileSettings, Settings, SettingsError
 from mcp_loop_guard.userfile import MAX_DEPTH, MIB, UserFileError, line_of, read_text, too_deep
 
@@ -40,6 +42,7 @@ __all__ = [
     "ServerSpec",
     "StdioServer",
     "load_config",
+    "program_name",
     "redact_url",
     "stdio_command_config",
     "url_config",
@@ -84,7 +87,9 @@ class StdioServer:
     call_timeout: float | None = None
     """Seconds a request may go without an answer or progress (``callTimeoutSeconds``); None: the global one."""
     display: str = field(default="", compare=False)
-    """The command line as the user wrote it (``${VAR}`` references unexpanded), for messages others may see."""
+    """The command line as the user wrote it (``${VAR}`` references unexpanded), for the operator's log only."""
+    public: str = field(default="", compare=False)
+    """The name texts a client reads give it, when not ``name`` (see :attr:`public_name`)."""
 
     def __repr__(self) -> str:
         """Everything but the values of ``env``, which often hold tokens."""
@@ -92,6 +97,15 @@ class StdioServer:
             f"StdioServer(name={self.name!r}, command={self.command!r}, args={self.args!r}, "
             f"env={_masked(self.env)}, cwd={self.cwd!r}, policy={dict(self.policy)!r})"
         )
+
+    @property
+    def public_name(self) -> str:
+        """How texts a model may read name the server: its config name, or for ``-- COMMAND`` the program's.
+
+        Never its arguments or command line: those may hold a path or a secret, and the model
+        (and whoever reads its transcript) has no business with them.
+        """
+        return self.public or self.name
 
 
 @dataclass(frozen=True, slots=True, repr=False)
@@ -240,7 +254,12 @@ def stdio_command_config(command: Sequence[str], cwd: str | None) -> GuardConfig
     if not command or not command[0]:
         raise ConfigError("command", [("", "give the upstream server command after --")])
     server = StdioServer(
-        _name_from_command(command), command[0], tuple(command[1:]), cwd=cwd, display=shlex.join(command)
+        _name_from_command(command),
+        command[0],
+        tuple(command[1:]),
+        cwd=cwd,
+        display=shlex.join(command),
+        public=program_name(command[0]),
     )
     return GuardConfig(None, (server,), FileSettings({}))
 
@@ -260,6 +279,8 @@ def url_config(url: str, transport: Literal["http", "sse"] | None = None, header
         name, colon, value = header.partition(":")
         if not colon or not _HEADER_NAME.match(name.strip()):
             raise ConfigError("--header", [("", 'expected "Name: value", with a header name before the colon')])
+        if (problem := _header_problem(name.strip(), value.strip())) is not None:
+            raise ConfigError("--header", [(name.strip(), problem)])
         sent[name.strip()] = value.strip()
     host = urlsplit(url).hostname or ""
     name = re.sub(r"[^a-zA-Z0-9_-]", "-", host)[:64] or "upstream"
@@ -333,6 +354,11 @@ def _server(
     if len(problems) == found and not _is_http_url(url):
         problems.append((f"{at}.url", "expected an http:// or https:// URL with a host"))
     headers = MappingProxyType({key: expand(value, f"headers.{key}") for key, value in spec.headers.items()})
+    problems.extend(
+        (f"{at}.headers.{key}", problem)
+        for key, value in headers.items()
+        if (problem := _header_problem(key, value)) is not None
+    )
     remote: Literal["http", "sse"] = (
         "sse" if kind == "sse" or (kind is None and _guess_transport(url) == "sse") else "http"
     )
@@ -424,12 +450,22 @@ class _Expander:
 
 def _name_from_command(command: Sequence[str]) -> str:
     """A server name from the program's basename, or from the package a runner (npx, uvx...) starts."""
-    program = PurePosixPath(command[0].replace("\\", "/")).name
-    stem = re.sub(r"\.(exe|cmd|bat|py|js|mjs)$", "", program, flags=re.IGNORECASE)
+    stem = program_stem(command[0])
     if stem.lower() in _LAUNCHERS:
         package = next((arg for arg in command[1:] if not arg.startswith("-") and arg != "run"), "")
         stem = package.rpartition("/")[2].lstrip("@").partition("@")[0] or stem
     return re.sub(r"[^a-zA-Z0-9_-]", "_", stem)[:64] or "upstream"
+
+
+def _header_problem(name: str, value: str) -> str | None:
+    """What makes a configured header unsendable (after ``${VAR}`` expansion), never quoting its value."""
+    if not _HEADER_NAME.match(name):
+        return "not an HTTP header name (letters, digits and !#$%&'*+-.^_`|~ only)"
+    if has_control(value):
+        return "the value holds a control character (CR, LF, NUL...), which would end the header"
+    if not value.isascii() and any(ord(char) > 0xFF for char in value):
+        return "the value holds characters an HTTP header cannot carry (beyond Latin-1)"
+    return None
 
 
 def _guess_transport(url: str) -> Literal["http", "sse"]:
@@ -444,17 +480,6 @@ def _is_http_url(url: str) -> bool:
     except ValueError:
         return False
     return parts.scheme in {"http", "https"} and bool(parts.hostname)
-
-
-def redact_url(url: str) -> str:
-    """``url`` as messages and logs may show it: scheme, host, port and path; no credentials, query or fragment."""
-    parts = urlsplit(url)
-    host = parts.hostname or ""
-    if ":" in host:
-        host = f"[{host}]"
-    if parts.port:
-        host = f"{host}:{parts.port}"
-    return f"{parts.scheme}://{host}{parts.path}"
 
 
 def _masked(values: Mapping[str, str]) -> str:

@@ -30,6 +30,7 @@ from pydantic_settings import (
 from mcp_loop_guard.budgets import SHORT_FORM, BudgetSpec, budgets_of, parse_budgets
 from mcp_loop_guard.core import Mode, Policy, ScrubRules
 from mcp_loop_guard.core.scrub import PRESETS
+from mcp_loop_guard.redaction import redact_url
 from mcp_loop_guard.store import store_kind
 
 __all__ = [
@@ -277,7 +278,7 @@ class Settings(BaseSettings):
         default=10.0, gt=0, description="Seconds a client may take to send an HTTP request's line and headers."
     )
     body_timeout_seconds: float = Field(
-        default=30.0, gt=0, description="Seconds a client may take to send an HTTP request's body."
+        default=30.0, gt=0, description="Seconds a client may take to send an HTTP request's body after its headers."
     )
     max_pending_requests: int = Field(
         default=64, ge=1, description="Upstream requests (sampling, roots, ping) awaiting one client at once."
@@ -657,6 +658,8 @@ def _explain(error: ValidationError, given: Mapping[str, Any], file_values: Mapp
             continue
         variable = ENV_PREFIX + name.upper()
         value = "<hidden>" if fields[name].annotation == SecretStr | None else repr(issue["input"])
+        if name == "state" and isinstance(issue["input"], str):
+            value = repr(redact_url(issue["input"]))  # a store URL may hold its password
         inner = "".join(f"[{part}]" if isinstance(part, int) else f".{to_camel(part)}" for part in issue["loc"][1:])
         if name in given:
             origin = f"{variable}{inner}={value} (from --{name.replace('_', '-')})"

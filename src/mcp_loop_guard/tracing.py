@@ -7,16 +7,19 @@ runs for a call: the judge holds None.
 
 Spans follow the MCP semantic conventions: named ``tools/call <tool>``, kind SERVER, with
 ``mcp.method.name``, ``gen_ai.operation.name`` (``execute_tool``), ``gen_ai.tool.name``,
-``mcp.session.id`` (the agent's key) and the guard's own ``mcp_loop_guard.*`` attributes
-(server, verdict, family, count). Every warn, block and abort adds a span event. The trace
-context comes from the request's ``params._meta`` (``traceparent``, ``tracestate``) or, over
-HTTP, its headers, and the upstream gets this span's context in ``params._meta`` (on the SDK
-paths the SDK's own client span, a child of this one, carries it). Names and counts only:
-never arguments or results.
+``mcp.session.id`` (a digest of the agent's key: over HTTP without tokens the session id is
+the client's only credential, so it never goes to a collector as it is) and the guard's own
+``mcp_loop_guard.*`` attributes (server, verdict, family, count). Every warn, block and
+abort adds a span event. The trace context comes from the request's ``params._meta``
+(``traceparent``, ``tracestate``) or, over HTTP, its headers, as far as it follows the W3C
+rules (:mod:`~mcp_loop_guard.trace_context`), and the upstream gets this
+span's context in ``params._meta`` (on the SDK paths the SDK's own client span, a child of
+this one, carries it). Names and counts only: never arguments or results.
 """
 
 from __future__ import annotations
 
+import hashlib
 import importlib
 import logging
 import os
@@ -26,18 +29,17 @@ from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
 from mcp_loop_guard.core.model import Action, Verdict
+from mcp_loop_guard.trace_context import CARRIER_KEYS, checked_carrier
 
 if TYPE_CHECKING:
     from opentelemetry.context import Context
     from opentelemetry.sdk.trace import TracerProvider
     from opentelemetry.trace import Span, Tracer
 
-__all__ = ["CARRIER_KEYS", "CallSpan", "Tracing", "current", "installed"]
+__all__ = ["CARRIER_KEYS", "CallSpan", "Tracing", "current", "installed", "session_digest"]
 
 logger = logging.getLogger(__name__)
 
-CARRIER_KEYS = ("traceparent", "tracestate")
-"""W3C trace context keys, in ``params._meta`` and in HTTP headers."""
 FLUSH_MILLIS = 1000
 """At exit, how long spans not yet sent may take to go out."""
 _current: Tracing | None = None
@@ -118,7 +120,7 @@ class Tracing:
                 return None
             return extracted
 
-        given = {key: value for key in CARRIER_KEYS if isinstance(value := (carrier or {}).get(key), str)}
+        given = checked_carrier(carrier or {})  # what fails the W3C rules is not read at all
         span = self.tracer.start_span(
             f"tools/call {tool}",
             context=_parent(extract(given)) if given else None,
@@ -127,11 +129,16 @@ class Tracing:
                 "mcp.method.name": "tools/call",
                 "gen_ai.operation.name": "execute_tool",
                 "gen_ai.tool.name": tool,
-                "mcp.session.id": session,
+                "mcp.session.id": session_digest(session),
                 "mcp_loop_guard.server": server,
             },
         )
         return CallSpan(span)
+
+
+def session_digest(key: str) -> str:
+    """What a span says of an agent's key: the first 16 hex digits of its SHA-256, the same in every replica."""
+    return hashlib.sha256(key.encode()).hexdigest()[:16]
 
 
 def current() -> Tracing | None:

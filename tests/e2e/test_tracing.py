@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -12,7 +13,7 @@ import anyio
 import pytest
 
 from tests.harness import Connector, CountingUpstream, tapped, wiretap_command
-from tests.http_harness import KEY_HEADER, Rig, ServerProcess, payload_for, raw_call, serve_guard
+from tests.http_harness import KEY_HEADER, Rig, ServerProcess, open_http_session, payload_for, raw_call, serve_guard
 from tests.otlp_receiver import ReceivedSpan, Receiver, otlp_receiver
 
 pytestmark = pytest.mark.anyio
@@ -90,6 +91,27 @@ async def test_the_stdio_relay_sends_a_span_per_call_with_verdict_events_and_con
         assert message["params"]["_meta"]["traceparent"] == f"00-{TRACE_ID}-{span.span_id}-01"
 
 
+async def test_a_tracestate_that_breaks_the_rules_is_neither_read_nor_passed_on(
+    connect: Connector, counting: CountingUpstream, receiver: Receiver, tmp_path: Path
+) -> None:
+    """A valid traceparent with a tracestate of 40 members: the span continues the trace, the upstream gets no state."""
+    tap = tmp_path / "tap.jsonl"
+    env = {**counting.env, **otel_env(receiver)}
+    tracestate = ",".join(f"k{n}=v" for n in range(40))
+    async with connect.guard_process(wiretap_command(tap, counting.command), env=env) as guard:
+        with anyio.fail_after(30):
+            meta = {"traceparent": TRACEPARENT, "tracestate": tracestate}
+            await guard.session.call_tool("echo", {"text": "x"}, meta=meta)
+        await guard.close_stdin()
+        with anyio.fail_after(10):
+            await guard.wait_exit()
+    (span,) = await spans_of(receiver, 1)
+    (forwarded,) = tapped(tap, "server", "tools/call")
+    assert (span.trace_id, span.parent_span_id) == (TRACE_ID, CLIENT_SPAN)
+    assert forwarded["params"]["_meta"]["traceparent"] == f"00-{TRACE_ID}-{span.span_id}-01"
+    assert "tracestate" not in forwarded["params"]["_meta"], forwarded["params"]["_meta"]
+
+
 async def _traced_call(guard: ServerProcess, tool: str, receiver: Receiver) -> list[ReceivedSpan]:
     """One keyed sessionless call with the client's ``traceparent`` header; the guard's span of it."""
     with anyio.fail_after(30):
@@ -135,6 +157,28 @@ async def test_the_sdk_path_continues_a_trace_from_the_request_headers(
     (upstream_call,) = [span for span in receiver.received() if span.parent_span_id == spans[0].span_id]
     assert upstream_call.trace_id == TRACE_ID
     assert upstream_call.attributes["mcp.method.name"] == "tools/call"
+
+
+@pytest.mark.parametrize("servers", [1, 2], ids=["the relay in front of one server", "the SDK path"])
+async def test_a_session_id_reaches_no_span_as_it_is(
+    rig: Rig, counting: CountingUpstream, receiver: Receiver, servers: int
+) -> None:
+    """Without tokens the Mcp-Session-Id is a credential: spans carry a 16-digit digest of the agent key instead."""
+    env = {**counting.env, **otel_env(receiver), "LOOP_GUARD_STATE": "memory"}
+    entry = {"command": counting.command[0], "args": counting.command[1:]}
+    config = rig.config({f"counting{n}": entry for n in range(servers)})
+    tool = "echo" if servers == 1 else "counting0__echo"
+    async with (
+        serve_guard(["--config", str(config)], marker=rig.marker, stderr=rig.log("guard"), env=env) as guard,
+        open_http_session(guard.mcp_url) as client,
+    ):
+        with anyio.fail_after(20):
+            await client.session.call_tool(tool, {"text": "x"}, meta={"traceparent": TRACEPARENT})
+        spans = await spans_of(receiver, 1)
+        session_id = client.session_id
+    everything = json.dumps([[span.attributes, span.events] for span in receiver.received()])
+    assert session_id not in everything
+    assert re.fullmatch(r"[0-9a-f]{16}", spans[0].attributes["mcp.session.id"]), spans[0].attributes
 
 
 async def test_without_an_exporter_configured_nothing_is_traced_and_otel_is_not_loaded() -> None:

@@ -121,7 +121,7 @@ class InProcessChild:
         """One line to the server, as :meth:`ChildProcess.write` (the memory stream keeps lines whole)."""
         await self.to_child.write(line)
 
-    def describe_exit(self, *, stderr: bool = True) -> str:
+    def describe_exit(self, *, stderr: bool = False) -> str:
         return "closed its stdout" if self.returncode is None else f"exited with status {self.returncode}"
 
     def close_stdin(self) -> None:

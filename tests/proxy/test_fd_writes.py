@@ -112,7 +112,8 @@ async def test_writers_sharing_a_child_hand_it_whole_lines(tmp_path: Path) -> No
     """Two sessions writing large lines to one child at once: the child reads each line whole."""
     out = tmp_path / "read.txt"
     child = spawn(
-        [sys.executable, "-c", f"import sys, shutil; shutil.copyfileobj(sys.stdin.buffer, open({str(out)!r}, 'wb'))"]
+        [sys.executable, "-c", f"import sys, shutil; shutil.copyfileobj(sys.stdin.buffer, open({str(out)!r}, 'wb'))"],
+        name="copier",
     )
     lines = [bytes([ord("a") + n]) * MESSAGE + b"\n" for n in range(3)]
     try:

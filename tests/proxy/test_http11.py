@@ -13,6 +13,7 @@ import trustme
 from anyio.streams.tls import TLSListener
 
 from mcp_loop_guard.proxy.upstream.http11 import Http11Error, Http11Pool
+from mcp_loop_guard.proxy.wire.header_text import UnsafeHeaderError
 
 pytestmark = pytest.mark.anyio
 
@@ -180,6 +181,47 @@ async def test_connection_close_and_a_body_to_the_end_are_not_kept() -> None:
         await pool.aclose()
     assert first == second == (200, b"all of it")
     assert pool.opened == 2
+
+
+@pytest.mark.parametrize(
+    ("headers", "target"),
+    [
+        ([(b"mcp-method", b"tools/call\r\ncontent-length: 0\r\n\r\nGET /other HTTP/1.1")], None),
+        ([(b"mcp-session-id", b"abc\ndef")], None),
+        ([(b"mcp-name", b"echo\x00")], None),
+        ([(b"bad name", b"v")], None),
+        ([(b"x-split\r\nhost", b"elsewhere")], None),
+        ([], "/mcp HTTP/1.1\r\nhost: elsewhere\r\n\r\nGET /other"),
+        ([], "/with space"),
+    ],
+)
+async def test_a_header_or_target_that_would_end_the_request_is_never_written(
+    headers: list[tuple[bytes, bytes]], target: str | None
+) -> None:
+    """A control character in a header value, a name that is no token, a target with CR/LF or a space: nothing sent."""
+    heads: list[bytes] = []
+    async with serving(answering(heads, OK)) as (url, _):
+        pool = Http11Pool(url)
+        with anyio.fail_after(10), pytest.raises(UnsafeHeaderError):
+            async with pool.request("POST", headers, b"{}", target=target):
+                pass
+        status = await _read(pool)  # the pool serves the next request as ever
+        await pool.aclose()
+    assert status == (200, b'{"ok":true}')
+    assert len(heads) == 1
+    assert b"elsewhere" not in heads[0]
+    assert b"other" not in heads[0]
+
+
+@pytest.mark.parametrize("headers", [{"Authorization": "Bearer x\r\nX-Other: y"}, {"Bad Name": "v"}])
+def test_configured_headers_that_would_end_the_request_are_refused_up_front(headers: dict[str, str]) -> None:
+    """Headers sent with every request are checked once, when set, and never quoted in the error."""
+    with pytest.raises(UnsafeHeaderError) as raised:
+        Http11Pool("http://127.0.0.1:1/mcp", headers=headers)
+    assert "X-Other: y" not in str(raised.value)
+    pool = Http11Pool("http://127.0.0.1:1/mcp")
+    with pytest.raises(UnsafeHeaderError):
+        pool.use_headers(headers)
 
 
 async def test_nothing_listening_is_a_connect_error() -> None:

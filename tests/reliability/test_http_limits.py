@@ -193,14 +193,15 @@ async def test_refused_requests_leave_no_state(rig: Rig) -> None:
 # --- slow clients and connections ---------------------------------------------------------
 
 
-async def until_closed(stream: anyio.abc.SocketStream, dribble: bytes, interval: float) -> None:
-    """Sends dribble a byte at a time, one every interval, until the peer closes the connection."""
+async def until_closed(stream: anyio.abc.SocketStream, dribble: bytes, interval: float) -> bytes:
+    """Sends dribble a byte at a time, one every interval, until the peer closes the connection; what it answered."""
     closed = anyio.Event()
+    answer = bytearray()
 
     async def watch() -> None:
         with suppress(anyio.EndOfStream, anyio.BrokenResourceError, anyio.ClosedResourceError, OSError):
-            while await stream.receive():
-                pass
+            while chunk := await stream.receive():
+                answer.extend(chunk)
         closed.set()
 
     async with anyio.create_task_group() as tg:
@@ -215,6 +216,7 @@ async def until_closed(stream: anyio.abc.SocketStream, dribble: bytes, interval:
         except (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError):
             pass
         tg.cancel_scope.cancel()
+    return bytes(answer)
 
 
 SLOW_REQUEST = (
@@ -260,19 +262,31 @@ async def test_body_never_sent_is_answered_408_or_cut(rig: Rig) -> None:
     assert answer == b"" or answer.startswith(b"HTTP/1.1 408"), answer[:200]
 
 
-async def hold_slow_sockets(port: int, count: int, tg: anyio.abc.TaskGroup) -> None:
-    """Opens ``count`` connections that each dribble a request's headers, and leaves them to it in tg."""
+SLOW_BODY_HEAD = (
+    b"POST /mcp HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+    b"Accept: application/json, text/event-stream\r\nContent-Length: 4000\r\n\r\n"
+)
+"""A request whose headers come at once, announcing a body that then takes minutes to arrive."""
+SLOW_BODY = b"[" + b" " * 3998 + b"]"
+
+
+async def hold_slow_sockets(
+    port: int, count: int, tg: anyio.abc.TaskGroup, *, head: bytes = b"", dribble: bytes = SLOW_REQUEST
+) -> None:
+    """Opens ``count`` connections that each send ``head`` at once and dribble the rest, and leaves them to it in tg."""
     for _ in range(count):
         try:
             stream = await anyio.connect_tcp(LOCALHOST, port)
         except OSError:
             continue  # refused outright: shed before it was even accepted
 
-        async def dribble(stream: anyio.abc.SocketStream = stream) -> None:
+        async def trickle(stream: anyio.abc.SocketStream = stream) -> None:
             async with stream:
-                await until_closed(stream, SLOW_REQUEST, 0.5)
+                with suppress(anyio.BrokenResourceError, anyio.ClosedResourceError, OSError):
+                    await stream.send(head)
+                await until_closed(stream, dribble, 0.5)
 
-        tg.start_soon(dribble)
+        tg.start_soon(trickle)
 
 
 async def served_promptly(guard: ServerProcess) -> str:
@@ -301,6 +315,48 @@ async def test_excess_connections_are_shed(rig: Rig) -> None:
     assert served == "200 200", f"/healthz and initialize with 20 slow sockets open: {served}"
     assert held <= 10, f"the guard still holds {held} client connections, over its limit of 10"
     assert guard.stderr.stat().st_size < 200 * 1024, guard.stderr_tail()
+
+
+async def test_slow_bodies_do_not_keep_new_clients_out(rig: Rig) -> None:
+    """MAX_CONNECTIONS=10 and 20 bodies a byte every 0.5 s: five clients after them are each served at once."""
+    env = {"LOOP_GUARD_MAX_CONNECTIONS": "10"}
+    async with rig.guard(TIME_ARGS, env=env) as guard, anyio.create_task_group() as tg:
+        await hold_slow_sockets(guard.port, 20, tg, head=SLOW_BODY_HEAD, dribble=SLOW_BODY)
+        with anyio.move_on_after(10):
+            await eventually(lambda: guard.client_connections() >= 10, interval=0.2)
+        served = [await served_promptly(guard) for _ in range(5)]
+        held = guard.client_connections()
+        tg.cancel_scope.cancel()
+
+    assert served == ["200 200"] * 5, f"/healthz and initialize behind 20 slow bodies: {served}"
+    assert held <= 10, f"the guard still holds {held} client connections, over its limit of 10"
+
+
+@pytest.mark.parametrize(
+    ("head", "answers"),
+    [
+        (
+            b"POST /mcp HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: 4000\r\n\r\n",
+            (b"", b"HTTP/1.1 408"),
+        ),
+        (b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 4000\r\n\r\n", (b"HTTP/1.1 200",)),
+    ],
+    ids=["a body the app reads", "a body nobody reads"],
+)
+async def test_a_body_sent_a_byte_at_a_time_is_cut(rig: Rig, head: bytes, answers: tuple[bytes, ...]) -> None:
+    """LOOP_GUARD_BODY_TIMEOUT_SECONDS=1: a body dribbled a byte every 0.2 s ends within seconds, whatever the path."""
+    async with rig.guard(TIME_ARGS, env={"LOOP_GUARD_BODY_TIMEOUT_SECONDS": "1"}) as guard:
+        stream = await anyio.connect_tcp(LOCALHOST, guard.port)
+        try:
+            await stream.send(head)
+            with anyio.fail_after(10):
+                answer = await until_closed(stream, SLOW_BODY, 0.2)
+        except TimeoutError:
+            pytest.fail("a body sent a byte every 0.2 s was still being taken after 10 s")
+        finally:
+            await stream.aclose()
+
+    assert answer.startswith(answers), answer[:200]
 
 
 async def test_low_open_file_limit_with_twice_as_many_slow_sockets(rig: Rig) -> None:

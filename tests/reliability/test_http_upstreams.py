@@ -41,6 +41,7 @@ from tests.http_harness import (
     time_entry,
     tool_names,
 )
+from tests.reliability.wire import RawConnector
 
 pytestmark = [pytest.mark.e2e, pytest.mark.anyio]
 
@@ -337,3 +338,20 @@ async def test_expanded_secret_in_an_http_upstreams_url_and_header_never_shown(r
     assert told, "the call to the refusing upstream told the client nothing"
     assert not [text for text in told if SECRET in text], told
     assert NOW in listed
+
+
+@pytest.mark.parametrize("path", ["/mcp", "/sse"], ids=["streamable HTTP", "legacy SSE"])
+async def test_a_key_in_an_upstream_urls_path_or_query_never_shown(
+    rig: Rig, raw_guard: RawConnector, path: str
+) -> None:
+    """``--upstream`` with a key in the URL's path and query, answering 401: the client's error names no key."""
+    async with rig.raw_http("status:401") as refusing:
+        url = f"{refusing.base_url}/{SECRET}{path}?key={SECRET}"
+        args = ["--upstream", url, "--call-timeout-seconds", "5"]
+        async with raw_guard([], guard_args=args, initialize=False) as guard:
+            params = {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "c", "version": "0"}}
+            answer = await guard.request("initialize", params, within=20)
+
+    assert "error" in answer, answer
+    assert "`127-0-0-1`" in answer["error"]["message"], answer
+    assert SECRET not in json.dumps(answer), answer

@@ -1,19 +1,22 @@
 """Privacy: by default no log line, even at debug level, and no metric label carries argument
 values or result contents; LOOP_GUARD_LOG_CONTENTS=true logs them and says at start that
-this is unsafe.
+this is unsafe. A Redis store's password shows nowhere the store is named.
 """
 
 from __future__ import annotations
 
 import base64
 import json
+import sys
 
 import anyio
 import pytest
+import redis
 from prometheus_client.parser import text_string_to_metric_families
 
 from tests.harness import CountingUpstream, content_dump
 from tests.http_harness import Rig, http_get, open_http_session
+from tests.redis_harness import RedisServer
 from tests.reliability.wire import RawConnector, RawGuard
 
 pytestmark = [pytest.mark.e2e, pytest.mark.anyio]
@@ -136,3 +139,44 @@ def _labels(text: str) -> dict[str, set[str]]:
             for name, value in sample.labels.items():
                 found.setdefault(name, set()).add(value)
     return found
+
+
+REDIS_PASSWORD = "redis-PASSWORD-5c1e9b"  # noqa: S105 - a made-up password whose leaks the test looks for
+
+
+async def _state_command(*args: str) -> str:
+    """``python -m mcp_loop_guard state ARGS``: what it wrote on stdout and stderr."""
+    with anyio.fail_after(30):
+        done = await anyio.run_process([sys.executable, "-m", "mcp_loop_guard", "state", *args], check=False)
+    return done.stdout.decode() + done.stderr.decode()
+
+
+@pytest.mark.parametrize(
+    "form", ["redis://:{password}@127.0.0.1:{port}/0", "redis://127.0.0.1:{port}/0?password={password}"]
+)
+async def test_a_redis_password_shows_in_no_log_and_no_state_listing(
+    raw_guard: RawConnector, counting: CountingUpstream, redis_server: RedisServer, form: str
+) -> None:
+    """A store URL's password, in its user part or its query: not in the debug log, state list's title or errors."""
+    redis.Redis(port=redis_server.port).config_set("requirepass", REDIS_PASSWORD)
+    url = form.format(password=REDIS_PASSWORD, port=redis_server.port)
+    async with raw_guard(
+        counting.command, env=counting.env, guard_args=["--log-level", "debug", "--state", url]
+    ) as guard:
+        with anyio.fail_after(20):
+            await guard.assert_serving()
+        log = guard.stderr_text()
+    listing = await _state_command("list", "--state", url)
+    missing = await _state_command("reset", "no-such-agent", "--state", url)
+    mistyped = await anyio.run_process(
+        [sys.executable, "-m", "mcp_loop_guard", "--state", url.replace("redis://", "redis:/"), "--", "true"],
+        check=False,
+    )
+
+    assert f"redis (redis://127.0.0.1:{redis_server.port}/0)" in log, log
+    assert f"agents in redis (redis://127.0.0.1:{redis_server.port}/0)" in listing, listing
+    assert "stdio:" in listing, "the guard's agent should be listed (the store took the password)"
+    assert f"redis://127.0.0.1:{redis_server.port}/0" in missing, missing
+    assert mistyped.returncode == 2, mistyped.stderr.decode()
+    for shown in (log, listing, missing, mistyped.stdout.decode() + mistyped.stderr.decode()):
+        assert REDIS_PASSWORD not in shown, shown

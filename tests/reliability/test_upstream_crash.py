@@ -1,6 +1,8 @@
 """An upstream that dies: calls in flight fail fast with the reason, the next call after a
 backoff delay restarts it, the client hears if its tools changed, and loop state survives.
-In HTTP mode a supervisor restarts a shared stdio upstream and /readyz shows it.
+In HTTP mode a supervisor restarts a shared stdio upstream and /readyz shows it. What the
+model reads names the server and how it ended; its command line and last stderr lines
+(which may hold a path or a secret) are in the guard's log only.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from typing import Any
 import anyio
 import pytest
 
+from mcp_loop_guard.redaction import program_name
 from tests.harness import MARKER, Callbacks, Inbox, fixture_command, read_json_lines, texts
 from tests.http_harness import Rig, http_get, open_http_session, poll
 from tests.reliability.wire import RawConnector, RawGuard, result_texts
@@ -19,8 +22,11 @@ from tests.reliability.wire import RawConnector, RawGuard, result_texts
 pytestmark = [pytest.mark.e2e, pytest.mark.anyio]
 
 CRASHING = fixture_command("crashing_server")
+PROGRAM = program_name(CRASHING[0])
+"""How the guard names a server started as ``-- COMMAND`` to clients: its program alone."""
 LAST_WORDS = ("crashing-server: about to fail", "crashing-server: simulated disk failure")
 VERDICT_KEY = "mcp-loop-guard/verdict"
+SECRET = "sk-live-ARGUMENT-9d41c7"  # noqa: S105 - a made-up key whose leaks the test looks for
 
 
 @pytest.fixture
@@ -33,16 +39,16 @@ def _start_count(starts: Path) -> int:
     return len(starts.read_text(encoding="utf-8").splitlines()) if starts.exists() else 0
 
 
-def _assert_names_the_crash(answer: dict[str, Any], status: int) -> None:
-    """The answer is the guard's isError result naming the command, its exit status and its last stderr lines."""
+def _assert_names_the_crash(answer: dict[str, Any], status: int, name: str = PROGRAM) -> None:
+    """The answer is the guard's isError result naming the server and its exit status, not its command or stderr."""
     result = answer.get("result") or {}
     assert result.get("isError") is True, answer
     [text] = result_texts(answer)
     assert text.startswith(MARKER), text
-    assert "crashing_server.py" in text, text
-    assert f"exited with status {status}" in text, text
+    assert f"upstream `{name}` exited with status {status}" in text, text
+    assert "crashing_server.py" not in text, text
     for line in LAST_WORDS:
-        assert line in text, text
+        assert line not in text, text
 
 
 async def _send_call(guard: RawGuard, name: str, arguments: dict[str, Any]) -> str:
@@ -70,6 +76,10 @@ async def test_crash_fails_every_call_in_flight_within_two_seconds(
     for answer in answers:
         _assert_names_the_crash(answer, 23)
     assert within < 2
+    logged = guard.stderr_text()
+    assert f"upstream `{PROGRAM}` (`{CRASHING[0]}" in logged, "the log names the command line"
+    for line in LAST_WORDS:
+        assert line in logged
     received = [entry["message"].get("params", {}).get("name") for entry in read_json_lines(log)]
     assert received.count("wait") == 3
 
@@ -146,7 +156,7 @@ async def test_http_supervisor_restarts_a_shared_upstream(rig: Rig, starts: Path
 
     assert ready_before.status_code == 200, ready_before.text
     assert crashed.is_error
-    _assert_names_the_crash({"result": crashed.model_dump(mode="json", by_alias=True)}, 17)
+    _assert_names_the_crash({"result": crashed.model_dump(mode="json", by_alias=True)}, 17, "crashy")
     assert down.status_code == 503, down.text
     detail = down.json()["upstreams"]["crashy"]
     assert detail["status"] in {"down", "starting"}, detail
@@ -156,3 +166,42 @@ async def test_http_supervisor_restarts_a_shared_upstream(rig: Rig, starts: Path
     assert texts(echoed) == ["back"]
     assert _start_count(starts) == 2
     assert not [message for message in inbox.messages if isinstance(message, Exception)]
+
+
+@pytest.mark.parametrize("front", ["stdio guard", "HTTP guard, one server", "HTTP guard, two servers"])
+async def test_a_secret_in_the_command_or_its_stderr_reaches_only_the_log(
+    raw_guard: RawConnector, rig: Rig, front: str
+) -> None:
+    """A key in a server's arguments, echoed on its stderr as it dies: in the guard's log, not what the model reads."""
+    command = [*CRASHING, "--api-key", SECRET]
+    if front == "stdio guard":
+        async with raw_guard(command) as guard:
+            with anyio.fail_after(10):
+                crashed = await guard.call_tool("crash", {"status": 9})
+                after = await guard.call_tool("constant", {})
+            told = json.dumps([crashed, after])
+            logged = guard.stderr_text()
+        name = PROGRAM
+    else:
+        servers = {"crashy": {"command": command[0], "args": command[1:]}}
+        if front == "HTTP guard, two servers":
+            servers["other"] = {"command": CRASHING[0], "args": CRASHING[1:]}
+        prefix = "" if len(servers) == 1 else "crashy__"
+        async with (
+            rig.guard(["--config", str(rig.config(servers))]) as guard,
+            open_http_session(guard.mcp_url) as client,
+        ):
+            with anyio.fail_after(10):
+                result = await client.session.call_tool(f"{prefix}crash", {"status": 9})
+                later = await client.session.call_tool(f"{prefix}constant", {})
+            told = json.dumps([result.model_dump(mode="json"), later.model_dump(mode="json")])
+            with anyio.fail_after(10):
+                while SECRET not in guard.stderr_text():  # noqa: ASYNC110 - another process writes it
+                    await anyio.sleep(0.05)
+            logged = guard.stderr_text()
+        name = "crashy"
+    assert f"upstream `{name}` exited with status 9" in told, told
+    assert SECRET not in told, told
+    assert "crashing_server.py" not in told, told
+    assert f"--api-key {SECRET}" in logged, "the command line is in the guard's log"
+    assert f"crashing-server: started with --api-key {SECRET}" in logged, "so are its last stderr lines"

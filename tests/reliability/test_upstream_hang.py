@@ -11,6 +11,7 @@ from typing import Any
 import anyio
 import pytest
 
+from mcp_loop_guard.redaction import program_name
 from tests.harness import MARKER, eventually, fixture_command
 from tests.reliability.wire import RawConnector, RawGuard, received, result_texts
 
@@ -25,8 +26,8 @@ def _timed_out(answer: dict[str, Any], seconds: str, server: str) -> None:
     assert result.get("isError") is True, answer
     [text] = result_texts(answer)
     assert text.startswith(MARKER), text
-    # The guard names a stdio upstream by its command line, whatever the server is called.
-    assert f"upstream `{server}" in text, text
+    # The guard names a stdio upstream by its config name (or, for -- COMMAND, its program), never its command line.
+    assert f"upstream `{server}` sent" in text, text
     assert "sent no answer or progress" in text, text
     assert f"within {seconds}s (call timeout); the request was cancelled" in text, text
 
@@ -58,7 +59,7 @@ async def test_hung_call_times_out_and_is_cancelled_upstream(raw_guard: RawConne
         with anyio.fail_after(10):
             await guard.assert_serving()
 
-    _timed_out(answer, "1", HANGING[0])
+    _timed_out(answer, "1", program_name(HANGING[0]))
     assert 1.0 <= took < 3.0, f"answered after {took:.2f}s"
     assert _cancelled(line_log) == [_upstream_id(line_log, "hang")]
 
@@ -83,7 +84,7 @@ async def test_progress_extends_the_call_timeout(raw_guard: RawConnector, line_l
     assert result_texts(answer) == ["done after 5 ticks"], answer
     assert took >= 2.5, f"answered after {took:.2f}s"
     took, answer = timings["tick_then_hang"]
-    _timed_out(answer, "1", HANGING[0])
+    _timed_out(answer, "1", program_name(HANGING[0]))
     # The last progress comes at 2.5 s; the timeout is 1 s after it, not 1 s after the call.
     assert 3.4 <= took < 6.0, f"timed out after {took:.2f}s"
     assert _cancelled(line_log) == [_upstream_id(line_log, "tick_then_hang")]
@@ -120,5 +121,5 @@ async def test_call_timeout_per_server_from_the_config_file(
         with anyio.fail_after(5):
             await eventually(lambda: len(_cancelled(line_log)) == 1)
 
-    _timed_out(answer, "1.5", HANGING[0])
+    _timed_out(answer, "1.5", "stuck")
     assert 1.5 <= took < 3.5, f"answered after {took:.2f}s"

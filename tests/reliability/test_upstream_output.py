@@ -14,6 +14,7 @@ import anyio
 import psutil
 import pytest
 
+from mcp_loop_guard.redaction import program_name
 from tests.harness import MARKER, fixture_command
 from tests.reliability.wire import RawConnector, RawGuard, is_response, result_texts
 
@@ -49,7 +50,7 @@ async def test_junk_on_stdout_is_ignored_and_logged_once(raw_guard: RawConnector
     assert [result_texts(answer) for answer in answers] == [["clean answer"]] * 3
     noted = [line for line in log if "not JSON-RPC" in line]
     assert len(noted) == 1, log
-    assert "garbage_server.py" in noted[0]
+    assert f"upstream `{program_name(GARBAGE[0])}`" in noted[0]  # as clients name it: never its command line
     assert [message for message in guard.messages if "method" in message] == [], "junk reached the client"
 
 

@@ -369,6 +369,32 @@ def test_a_header_flag_needs_a_name_and_a_colon(header: str) -> None:
         url_config("https://h/mcp", headers=[header])
 
 
+def test_a_header_whose_value_would_end_the_header_is_refused(write: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A configured header with CR/LF (from ${VAR}), or a bad name, names the file and key, never the value."""
+    monkeypatch.setenv("SMUGGLING", "Bearer s3cr3t\r\nX-Other: injected")
+    headers = {"Authorization": "${SMUGGLING}", "Bad Name": "v", "X-Far": "\u20ac"}
+    path = write(servers(r={"url": "https://h/mcp", "headers": headers}))
+    with pytest.raises(ConfigError) as raised:
+        load_config(path)
+    message = str(raised.value)
+    assert message.startswith(f"{path}: ")
+    assert "mcpServers.r.headers.Authorization: the value holds a control character" in message
+    assert "mcpServers.r.headers.Bad Name: not an HTTP header name" in message
+    assert "mcpServers.r.headers.X-Far: the value holds characters an HTTP header cannot carry" in message
+    assert "s3cr3t" not in message
+    assert "injected" not in message
+
+
+def test_a_header_flag_with_a_control_character_is_refused() -> None:
+    """A --header value with a CR, LF or NUL is refused, naming the header and not its value."""
+    for value in ("a\rb", "a\nb", "a\x00b"):
+        with pytest.raises(
+            ConfigError, match=r"^--header: Authorization: the value holds a control character"
+        ) as raised:
+            url_config("https://h/mcp", headers=[f"Authorization: Bearer s3cr3t{value}"])
+        assert "s3cr3t" not in str(raised.value)
+
+
 def test_every_example_guard_config_loads(monkeypatch: pytest.MonkeyPatch) -> None:
     """configs/*.json load with load_config, their servers and settings parse."""
     monkeypatch.setenv("GITHUB_TOKEN", "ghp_example")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from mcp_loop_guard.redaction import redact_url
 from mcp_loop_guard.store.agent import AgentLoop, StoreHealth
 from mcp_loop_guard.store.base import KeyInfo, Owner, Store, StoreError, StoreSetupError
 from mcp_loop_guard.store.memory import MemoryStore
@@ -74,11 +75,10 @@ def open_store(spec: str, *, timeout: float) -> Store:
 
 
 def describe_store(spec: str) -> str:
-    """The store for logs: the kind and where, never a password."""
+    """The store for logs and titles: the kind and where, never a user, password or query (``?password=``)."""
     kind = store_kind(spec)
     if kind == "sqlite":
         return f"sqlite ({sqlite_path(spec)})"
     if kind == "redis":
-        head, _, tail = spec.partition("://")
-        return f"redis ({head}://{tail.rpartition('@')[2]})"
+        return f"redis ({redact_url(spec)})"
     return kind

@@ -17,7 +17,7 @@ from mcp_loop_guard.proxy.relay.tasks import wrong_shape
 from mcp_loop_guard.proxy.relay.verdicts import complete
 from mcp_loop_guard.proxy.wire import messages as wire
 from mcp_loop_guard.proxy.wire.messages import Message, RequestId
-from mcp_loop_guard.tracing import CARRIER_KEYS
+from mcp_loop_guard.trace_context import CARRIER_KEYS, checked_meta
 
 __all__ = ["WRONG_SHAPE", "bad_call", "begin_call", "finish_call", "refusal_message"]
 
@@ -44,11 +44,18 @@ async def begin_call(
 ) -> Pending | Refusal:
     """Judge a well-formed ``tools/call`` (see :func:`bad_call`) before it is forwarded.
 
-    The client's trace context is its ``_meta``'s, else the one its transport ``carried``. A
-    call that goes on carries the guard's trace context in its ``_meta`` when tracing is on.
+    The client's trace context is its ``_meta``'s, else the one its transport ``carried``; a
+    ``traceparent`` or ``tracestate`` in ``_meta`` that fails the W3C rules is taken out of
+    the call. A call that goes on carries the guard's trace context in its ``_meta`` when
+    tracing is on.
     """
     name = params["name"]
-    meta = params.get("_meta")
+    sent = message.body.get("params")  # what goes upstream: the relay may have added to ``params`` already
+    meta = sent.get("_meta") if isinstance(sent, dict) else None
+    if isinstance(sent, dict) and isinstance(meta, dict) and (checked := checked_meta(meta)) is not None:
+        message.body["params"] = {**sent, "_meta": checked}
+        message.changed()
+        meta = checked
     trace = meta if isinstance(meta, dict) and any(key in meta for key in CARRIER_KEYS) else carried
     decision = await judge.begin(server, name, name, params.get("arguments"), annotations=annotations, trace=trace)
     if isinstance(decision, Pending) and decision.span is not None:

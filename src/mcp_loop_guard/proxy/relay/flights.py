@@ -24,6 +24,7 @@ from mcp_loop_guard.proxy.upstream.channel import Channel, UpstreamDownError
 from mcp_loop_guard.proxy.upstream.stdio import HANDSHAKE_TIMEOUT
 from mcp_loop_guard.proxy.wire import messages as wire
 from mcp_loop_guard.proxy.wire.messages import Message, RequestId
+from mcp_loop_guard.trace_context import CARRIER_KEYS
 
 logger = logging.getLogger(__name__)
 
@@ -53,11 +54,12 @@ class InFlight:
 
 
 def carry(message: Message, entries: dict[str, str]) -> None:
-    """Put the guard's trace context in a request's ``_meta`` (for the upstream to continue)."""
+    """Put the guard's trace context in a request's ``_meta`` instead of the client's (for the upstream to continue)."""
     params = message.body.get("params")
     params = params if isinstance(params, dict) else {}
     meta = params.get("_meta")
-    message.body["params"] = {**params, "_meta": {**(meta if isinstance(meta, dict) else {}), **entries}}
+    kept = {key: value for key, value in meta.items() if key not in CARRIER_KEYS} if isinstance(meta, dict) else {}
+    message.body["params"] = {**params, "_meta": {**kept, **entries}}
     message.changed()
 
 

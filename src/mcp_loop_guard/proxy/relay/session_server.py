@@ -30,7 +30,7 @@ from mcp_loop_guard.proxy.relay.verdicts import failed
 from mcp_loop_guard.proxy.upstream.links import Link
 from mcp_loop_guard.proxy.upstream.session import UpstreamGoneError
 from mcp_loop_guard.proxy.wire.messages import GUARD_FAULT
-from mcp_loop_guard.tracing import CARRIER_KEYS
+from mcp_loop_guard.trace_context import CARRIER_KEYS, checked_meta
 
 logger = logging.getLogger(__name__)
 
@@ -189,6 +189,8 @@ class GuardedProxy:
                 self.on_abort(ctx, decision.verdict)
             return for_era(ctx, decision.result)
         forwarded = params if upstream_name == params.name else params.model_copy(update={"name": upstream_name})
+        if params.meta and (checked := checked_meta(params.meta)) is not None:
+            forwarded = forwarded.model_copy(update={"meta": checked})  # trace context that fails the W3C rules
         try:
             with decision.span.current() if decision.span is not None else nullcontext():
                 result = await self.relay(ctx, server, "tools/call", forwarded)

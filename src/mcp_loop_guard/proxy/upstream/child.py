@@ -4,7 +4,9 @@ Not the SDK's stdio client: that one filters the environment (an upstream must i
 hides the process (we report its exit status), and parses every line into models. The child
 gets its own process group so that wrappers such as ``npx`` or ``uvx`` leave no orphans when
 it is stopped; its exit is watched directly (a pidfd where the system has them), since a
-grandchild holding the pipes would make a dead upstream look alive.
+grandchild holding the pipes would make a dead upstream look alive. What clients read of a
+child names it by its server's name and says how it ended; its command line and last stderr
+lines (which may hold a path or a secret) go to the operator's log only, once, when it ends.
 """
 
 from __future__ import annotations
@@ -36,7 +38,9 @@ TERM_GRACE = 2.0
 EOF_GRACE = 0.4
 """Seconds a child gets to exit by itself once its stdin is closed (MCP's way to ask it to stop)."""
 STDERR_TAIL_LINES = 5
-"""How many of the child's last stderr lines an error message quotes."""
+"""How many of the child's last stderr lines the log quotes when it ends."""
+STDERR_DRAIN = 0.5
+"""Seconds the exit's log line waits for the child's last stderr lines to be read."""
 
 _stderr_as_logs = False
 
@@ -48,7 +52,12 @@ def relay_stderr_as_logs(enabled: bool) -> None:
 
 
 class UpstreamStartError(Exception):
-    """The upstream command could not be started at all."""
+    """The upstream command could not be started at all; the text names the server, ``command_line`` the command."""
+
+    def __init__(self, message: str, command_line: str) -> None:
+        """``command_line``: for the operator's log only."""
+        super().__init__(message)
+        self.command_line = command_line
 
 
 def _pipe() -> tuple[int, int]:
@@ -70,7 +79,9 @@ class ChildProcess:
     """Our end of the child's stdout pipe."""
     from_stderr: Fd
     display: str = ""
-    """How messages name the command (the config's own text, without expanded secrets)."""
+    """The command line for the operator's log (the config's own text, without expanded secrets)."""
+    name: str = ""
+    """How texts a client reads name it: its server's public name."""
     stderr_tail: deque[str] = field(default_factory=lambda: deque(maxlen=STDERR_TAIL_LINES))
     stopping: bool = False
     """The guard asked it to stop: its exit is expected, not a crash."""
@@ -79,6 +90,7 @@ class ChildProcess:
     _stdin_open: bool = True
     _exited: anyio.Event | None = None
     _writer: Writer | None = None
+    _stderr_read: anyio.Event | None = None
 
     async def write(self, line: bytes) -> None:
         """One whole line to the child's stdin, never interleaved with another writer's (sessions share a child).
@@ -114,7 +126,12 @@ class ChildProcess:
 
     @property
     def label(self) -> str:
-        """The command as a user would type it, for error messages."""
+        """How texts a client reads name it: the server's name, never the command line."""
+        return self.name or "upstream"
+
+    @property
+    def command_line(self) -> str:
+        """The command as a user would type it, for the operator's log."""
         return self.display or shlex.join(self.command)
 
     @property
@@ -122,8 +139,8 @@ class ChildProcess:
         """Exit status once the child has exited, negative for a signal."""
         return self.process.returncode
 
-    def describe_exit(self, *, stderr: bool = True) -> str:
-        """One clause saying how the child ended (and its last stderr lines, when asked)."""
+    def describe_exit(self, *, stderr: bool = False) -> str:
+        """One clause saying how the child ended (and its last stderr lines, for the log, when asked)."""
         code = self.returncode
         if code is None:
             return "closed its stdout"
@@ -160,6 +177,15 @@ class ChildProcess:
             if pidfd >= 0:
                 os.close(pidfd)
         self.exited.set()
+        if not self.stopping:  # the operator's record of a crash, whoever is told of it (and however briefly)
+            with anyio.CancelScope(shield=True), anyio.move_on_after(STDERR_DRAIN):
+                await self._stderr_done().wait()
+            logger.warning("upstream `%s` (`%s`) %s", self.label, self.command_line, self.describe_exit(stderr=True))
+
+    def _stderr_done(self) -> anyio.Event:
+        if self._stderr_read is None:
+            self._stderr_read = anyio.Event()
+        return self._stderr_read
 
     async def relay_stderr(self) -> None:
         """Pass the child's stderr on (byte for byte, or as log records), keeping its last lines."""
@@ -175,6 +201,7 @@ class ChildProcess:
                         self.stderr_tail.append(text.strip()[:300])
                         if _stderr_as_logs:
                             upstream_logger.info("%s", text, extra={"upstream": self.label})
+        self._stderr_done().set()
 
     async def stop(self, *, eof_grace: float = EOF_GRACE, term_grace: float = TERM_GRACE) -> None:
         """Close stdin, wait a moment, SIGTERM the group, wait, SIGKILL the group. Bounded and shielded.
@@ -226,9 +253,16 @@ def terminate_all_now() -> None:
 
 
 def spawn(
-    command: Sequence[str], *, env: Mapping[str, str] | None = None, cwd: str | None = None, display: str = ""
+    command: Sequence[str],
+    *,
+    name: str,
+    env: Mapping[str, str] | None = None,
+    cwd: str | None = None,
+    display: str = "",
 ) -> ChildProcess:
     """Start ``command`` now (a plain fork and exec: usable before the event loop runs).
+
+    ``name``: how texts a client reads name it (see ``StdioServer.public_name``).
 
     Raises:
         UpstreamStartError: the command cannot be started (not found, not executable, bad cwd).
@@ -251,14 +285,15 @@ def spawn(
     except (OSError, subprocess.SubprocessError) as exc:
         for fd in (to_child, from_child, from_stderr):
             os.close(fd)
-        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
-        msg = f"cannot start upstream `{label}`: {reason}"
-        raise UpstreamStartError(msg) from exc
+        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else type(exc).__name__
+        raise UpstreamStartError(f"cannot start upstream `{name}`: {reason}", label) from exc
     finally:
         for fd in (child_in, child_out, child_err):
             os.close(fd)
     for fd in (to_child, from_child, from_stderr):
         os.set_inheritable(fd, False)
-    child = ChildProcess(tuple(command), process, Fd(to_child), Fd(from_child, PIPE_BYTES), Fd(from_stderr), display)
+    child = ChildProcess(
+        tuple(command), process, Fd(to_child), Fd(from_child, PIPE_BYTES), Fd(from_stderr), display, name
+    )
     _live.add(child)
     return child

@@ -17,6 +17,8 @@ from urllib.parse import urljoin, urlsplit
 from mcp_loop_guard.config import HttpServer
 from mcp_loop_guard.proxy.upstream.http11 import Http11Error, Http11Pool, Response
 from mcp_loop_guard.proxy.upstream.tls import CONNECT_TIMEOUT, tls_context
+from mcp_loop_guard.proxy.wire.header_text import UnsafeHeaderError
+from mcp_loop_guard.trace_context import checked_headers
 
 logger = logging.getLogger(__name__)
 
@@ -24,8 +26,9 @@ __all__ = ["FORWARDED_REQUEST_HEADERS", "HttpExchange", "Response", "UpstreamHtt
 
 FORWARDED_REQUEST_HEADERS = frozenset({b"accept", b"content-type", b"last-event-id", b"traceparent", b"tracestate"})
 """What of a client's request reaches the upstream, besides MCP's own ``Mcp-*`` headers (the session, the
-protocol version, and 2026-07-28's ``Mcp-Method``, ``Mcp-Name`` and ``Mcp-Param-*``): the trace context.
-Not the client's credentials for the guard (its bearer token), its cookies, or the guard's key header."""
+protocol version, and 2026-07-28's ``Mcp-Method``, ``Mcp-Name`` and ``Mcp-Param-*``): the trace context (as far
+as it follows the W3C rules). Not the client's credentials for the guard (its bearer token), its cookies, or the
+guard's key header."""
 _HOP_BY_HOP = frozenset(
     {
         b"connection",
@@ -96,9 +99,12 @@ class HttpExchange:
         the endpoint's origin to send it to instead (a legacy SSE server's message endpoint).
 
         Raises:
-            UpstreamHttpError: the upstream cannot be reached, or the connection broke.
+            UpstreamHttpError: the upstream cannot be reached, the connection broke, or a header
+                would have broken the request's framing (nothing was sent).
         """
-        kept = [(key, value) for key, value in headers if key in FORWARDED_REQUEST_HEADERS or key.startswith(b"mcp-")]
+        kept = checked_headers(
+            [(key, value) for key, value in headers if key in FORWARDED_REQUEST_HEADERS or key.startswith(b"mcp-")]
+        )
         try:
             for _ in range(MAX_REDIRECTS):
                 async with self.pool.request(method, kept, body, sent=sent, target=target) as response:
@@ -114,6 +120,9 @@ class HttpExchange:
         except Http11Error as error:
             how = "is unreachable" if error.connect else "broke off its answer"
             raise UpstreamHttpError(f"upstream {self.name!r} {how} ({error})") from None
+        except UnsafeHeaderError as error:
+            logger.warning("refused to send a request to upstream %r: %s", self.name, error)
+            raise UpstreamHttpError(f"upstream {self.name!r} was not sent the request ({error})") from None
 
     def _redirected(self, method: str, response: Response) -> str | None:
         """The new path of a redirect to follow: on the endpoint's own origin, keeping the method; else None.

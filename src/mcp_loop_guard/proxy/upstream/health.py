@@ -17,6 +17,7 @@ import anyio.abc
 
 from mcp_loop_guard.config import HttpServer, ServerSpec, StdioServer
 from mcp_loop_guard.proxy.upstream.backoff import Backoff
+from mcp_loop_guard.redaction import without_urls
 
 __all__ = ["HEALTH_INTERVAL", "HTTP_HANDSHAKE_TIMEOUT", "Status", "Supervised", "public_reason", "reason_of"]
 
@@ -31,11 +32,11 @@ HEALTH_INTERVAL = 10.0
 
 
 def reason_of(error: BaseException) -> str:
-    """One line saying why an upstream connection failed, for logs (never the whole traceback)."""
+    """One line saying why an upstream connection failed (never the whole traceback, nor a URL: clients read it)."""
     if isinstance(error, BaseExceptionGroup):
         return "; ".join(reason_of(inner) for inner in error.exceptions[:3])
     text = str(error) or type(error).__name__
-    return text.splitlines()[0][:500]
+    return without_urls(text.splitlines()[0][:500])
 
 
 class Supervised:
@@ -93,7 +94,8 @@ class Supervised:
             self._lost()
             self._set("down", reason, public_reason(reason, self.spec))
             delay = self._backoff.delay(attempt)
-            logger.warning("upstream %r is down (%s); reconnecting in %.1fs", self.name, reason, delay)
+            command = f" (command: `{self.spec.display}`)" if isinstance(self.spec, StdioServer) else ""
+            logger.warning("upstream %r is down (%s)%s; reconnecting in %.1fs", self.name, reason, command, delay)
             attempt += 1
             self.restarts += 1
             await anyio.sleep(delay)

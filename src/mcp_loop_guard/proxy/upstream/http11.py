@@ -7,7 +7,8 @@ for hours). A general client (httpx) spent more time per call choosing among its
 connections than the guard spent judging the call. An idle connection is reused newest first;
 one the server may have closed (idle too long, or readable while idle: its close is waiting)
 is dropped instead, and a request whose reused connection turns out closed before any answer
-came is sent again once on a new one.
+came is sent again once on a new one. No header or target with a control character is written
+(:mod:`~mcp_loop_guard.proxy.wire.header_text`).
 """
 
 from __future__ import annotations
@@ -23,6 +24,8 @@ from urllib.parse import urlsplit
 import anyio
 import anyio.abc
 from anyio.abc import SocketAttribute
+
+from mcp_loop_guard.proxy.wire.header_text import check_headers, check_request_line
 
 logger = logging.getLogger(__name__)
 
@@ -244,6 +247,7 @@ class Http11Pool:
 
         Raises:
             Http11Error: the server cannot be reached, or broke off before its answer's head.
+            UnsafeHeaderError: a header or the target holds a control character.
         """
         head = self._head(method, headers, body, target or self.target)
         for attempt in (1, 2):
@@ -275,7 +279,9 @@ class Http11Pool:
             return
 
     def _head(self, method: str, headers: Headers, body: bytes, target: str) -> bytes:
-        lines = [f"{method} {target} HTTP/1.1".encode(), b"host: " + self.authority]
+        check_headers(headers)  # the configured ones were checked when they were set
+        check_request_line(method, encoded := target.encode())
+        lines = [method.encode() + b" " + encoded + b" HTTP/1.1", b"host: " + self.authority]
         given = {key for key, _ in headers}
         lines.extend(key + b": " + value for key, value in self.headers if key not in given)
         lines.extend(key + b": " + value for key, value in headers)
@@ -338,4 +344,7 @@ class Http11Pool:
 
 
 def _encoded(headers: Mapping[str, str]) -> list[tuple[bytes, bytes]]:
-    return [(key.lower().encode("latin-1"), value.encode("latin-1")) for key, value in headers.items()]
+    """The configured headers as written: an unsafe one raises UnsafeHeaderError (the config loader names it first)."""
+    encoded = [(key.lower().encode("latin-1"), value.encode("latin-1")) for key, value in headers.items()]
+    check_headers(encoded)
+    return encoded

@@ -5,14 +5,22 @@ version (from the body's ``_meta``), ``Mcp-Method``, ``Mcp-Name`` for the method
 a tool, prompt or resource, and ``Mcp-Param-*`` for the arguments a tool's input schema marks
 with ``x-mcp-header``. A server checks each against the body, so they are derived from it
 with the SDK's own encoders. The SDK is loaded only for such a message: a handshake-era
-session (every client of 2025) never pays for it.
+session (every client of 2025) never pays for it. The method and version go in as they are,
+so one holding a control character is refused (the message reader refuses it first); the
+name and arguments are base64-wrapped by the encoder when they are not plain text, and a
+schema whose ``x-mcp-header`` is not a header name is not used.
 """
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
+from mcp_loop_guard.proxy.wire.header_text import UnsafeHeaderError, has_control
+
 __all__ = ["MODERN_META", "ParamHeaders", "routing_headers"]
+
+logger = logging.getLogger(__name__)
 
 MODERN_META = "io.modelcontextprotocol/protocolVersion"
 """The key every 2026-07-28 request carries in its ``_meta``."""
@@ -38,24 +46,39 @@ class ParamHeaders:
                     self._schemas.pop(name, None)
 
     def headers(self, tool: object, arguments: object) -> list[tuple[bytes, bytes]]:
-        """The ``Mcp-Param-*`` headers of one call."""
+        """The ``Mcp-Param-*`` headers of one call; none for a schema whose declarations are invalid."""
         schema = self._schemas.get(tool) if isinstance(tool, str) else None
         if schema is None or not isinstance(arguments, dict):
             return []
-        from mcp.shared.inbound import mcp_param_headers, x_mcp_header_map  # noqa: PLC0415 - see the module text
+        from mcp.shared.inbound import (  # noqa: PLC0415 - see the module text
+            find_invalid_x_mcp_header,
+            mcp_param_headers,
+            x_mcp_header_map,
+        )
 
+        problem = find_invalid_x_mcp_header(schema)
+        if problem is not None:  # a header name that is no token, say: said once, then the tool sends none
+            logger.warning("upstream tool %r declares headers wrongly (%s); none sent", str(tool)[:80], problem)
+            self._schemas.pop(str(tool), None)
+            return []
         found = mcp_param_headers(x_mcp_header_map(schema), arguments)
         return [(key.lower().encode("latin-1"), value.encode("latin-1")) for key, value in found.items()]
 
 
 def routing_headers(method: str | None, params: object, tools: ParamHeaders) -> list[tuple[bytes, bytes]]:
-    """The headers of a 2026-07-28 request; none for a message of the handshake era."""
+    """The headers of a 2026-07-28 request; none for a message of the handshake era.
+
+    Raises:
+        UnsafeHeaderError: the method or the version holds a control character.
+    """
     if method is None or not isinstance(params, dict):
         return []
     meta = params.get("_meta")
     version = meta.get(MODERN_META) if isinstance(meta, dict) else None
     if not isinstance(version, str):
         return []
+    if has_control(method) or has_control(version):
+        raise UnsafeHeaderError("the method or the _meta protocol version holds a control character")
     headers = [(b"mcp-protocol-version", version.encode("latin-1", "replace")), (b"mcp-method", method.encode())]
     key = _NAMED.get(method)
     if key is not None and isinstance(name := params.get(key), str):

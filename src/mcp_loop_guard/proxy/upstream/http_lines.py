@@ -23,12 +23,13 @@ import anyio
 import anyio.abc
 
 from mcp_loop_guard import codec
-from mcp_loop_guard.config import HttpServer, redact_url
+from mcp_loop_guard.config import HttpServer
 from mcp_loop_guard.proxy.upstream.channel import Incoming, OwnRequests, UpstreamDownError
 from mcp_loop_guard.proxy.upstream.exchange import HttpExchange, Response, UpstreamHttpError
 from mcp_loop_guard.proxy.upstream.http_answers import EVENTS, JSON, Resume, drain, read_messages
 from mcp_loop_guard.proxy.upstream.http_headers import ParamHeaders, routing_headers
 from mcp_loop_guard.proxy.upstream.http_streams import HttpStreams
+from mcp_loop_guard.proxy.wire.header_text import UnsafeHeaderError
 from mcp_loop_guard.proxy.wire.lines import Oversized
 from mcp_loop_guard.proxy.wire.messages import Message, RequestId
 
@@ -88,8 +89,8 @@ class HttpLines(HttpStreams):
 
     @property
     def label(self) -> str:
-        """The upstream's URL, without its password or query values."""
-        return f"`{redact_url(self.spec.url)}`"
+        """How messages name the upstream: its server's name (never its URL, whose path may hold a key)."""
+        return f"`{self.spec.name}`"
 
     def down_reason(self) -> str | None:
         """Why the last message could not reach the upstream, until one does again."""
@@ -161,6 +162,9 @@ class HttpLines(HttpStreams):
                 sending.failure = str(error)  # the caller raises it
             elif ident is not None:
                 await self.on_failure(ident, str(error))
+        except UnsafeHeaderError as error:  # the message reader refuses such client text first
+            logger.warning("refused to send a %r upstream: %s", (message.method or "")[:80], error)
+            await self._answers_none(message, ident, f"was not sent the request: {error}")
         finally:
             self._busy -= 1
             if not self._busy:

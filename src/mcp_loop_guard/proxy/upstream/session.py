@@ -28,6 +28,7 @@ from mcp_loop_guard.proxy.compat import MirrorSession, ReadStream, WriteStream, 
 from mcp_loop_guard.proxy.upstream.child import ChildProcess
 from mcp_loop_guard.proxy.upstream.mux import Mux
 from mcp_loop_guard.proxy.wire import messages as wire
+from mcp_loop_guard.redaction import without_urls
 
 logger = logging.getLogger(__name__)
 
@@ -272,6 +273,6 @@ def _as_list(raw: Mapping[str, Any]) -> Sequence[Any]:
 
 
 def brief(error: BaseException) -> str:
-    """The first line of an error, clipped: how a reason names what went wrong."""
+    """The first line of an error, clipped, without a URL (an HTTP client's error may quote one): a reason's end."""
     text = str(error) or type(error).__name__
-    return text.splitlines()[0][:300]
+    return without_urls(text.splitlines()[0][:300])

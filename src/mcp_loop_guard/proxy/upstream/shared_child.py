@@ -72,7 +72,9 @@ class SharedChild(Supervised):
         spec = self.spec
         child, self._first = self._first, None
         if child is None:
-            child = spawn([spec.command, *spec.args], env=spec.env, cwd=spec.cwd, display=spec.display)
+            child = spawn(
+                [spec.command, *spec.args], name=spec.public_name, env=spec.env, cwd=spec.cwd, display=spec.display
+            )
         mux = Mux(child, max_bytes=self.limits.max_message_bytes)
         try:
             async with anyio.create_task_group() as tg:

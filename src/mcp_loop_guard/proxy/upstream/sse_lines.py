@@ -19,7 +19,7 @@ from urllib.parse import urljoin, urlsplit
 import anyio
 import anyio.abc
 
-from mcp_loop_guard.config import HttpServer, redact_url
+from mcp_loop_guard.config import HttpServer
 from mcp_loop_guard.proxy.upstream.backoff import Backoff
 from mcp_loop_guard.proxy.upstream.channel import Incoming, OwnRequests, UpstreamDownError
 from mcp_loop_guard.proxy.upstream.exchange import HttpExchange, UpstreamHttpError
@@ -69,8 +69,8 @@ class SseLines:
 
     @property
     def label(self) -> str:
-        """How messages name the upstream: its URL without secrets."""
-        return f"`{redact_url(self.spec.url)}`"
+        """How messages name the upstream: its server's name (never its URL, whose path may hold a key)."""
+        return f"`{self.spec.name}`"
 
     def down_reason(self) -> str | None:
         """Why no message can go now, or None while the session is open."""

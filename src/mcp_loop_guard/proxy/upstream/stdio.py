@@ -81,8 +81,8 @@ class StdioUpstream:
 
     @property
     def label(self) -> str:
-        """How messages name the upstream: its command as configured."""
-        return f"`{self.child.label if self.child else self.spec.display}`"
+        """How messages name the upstream: its server's name (its command line is for the log only)."""
+        return f"`{self.spec.public_name}`"
 
     async def run(self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
         """Serve the child (and its successors) until cancelled; stop the last one on the way out."""
@@ -100,7 +100,9 @@ class StdioUpstream:
 
     def _spawn(self) -> ChildProcess:
         spec = self.spec
-        return spawn([spec.command, *spec.args], env=spec.env, cwd=spec.cwd, display=spec.display)
+        return spawn(
+            [spec.command, *spec.args], name=spec.public_name, env=spec.env, cwd=spec.cwd, display=spec.display
+        )
 
     async def _serve(self, child: ChildProcess) -> None:
         """Read one child's output until it ends, then report its exit."""
@@ -208,6 +210,7 @@ class StdioUpstream:
             try:
                 child = self._spawn()
             except UpstreamStartError as error:
+                logger.warning("%s (command: `%s`)", error, error.command_line)
                 self._failures += 1
                 self._down_reason = str(error)
                 self._retry_at = anyio.current_time() + self.backoff.delay(self._failures)

@@ -20,7 +20,7 @@ from mcp.shared.exceptions import MCPError
 from mcp.shared.message import SessionMessage
 from pydantic import ValidationError
 
-from mcp_loop_guard.config import StdioServer, redact_url
+from mcp_loop_guard.config import StdioServer
 from mcp_loop_guard.proxy.compat import MCP_DEFAULT_SSE_READ_TIMEOUT, MCP_DEFAULT_TIMEOUT
 from mcp_loop_guard.proxy.upstream.channel import UpstreamDownError
 from mcp_loop_guard.proxy.upstream.child import ChildProcess, spawn
@@ -148,7 +148,9 @@ async def open_stdio_upstream(
         UpstreamStartError: the command cannot be started.
     """
     if first is None:
-        first = spawn([spec.command, *spec.args], env=spec.env, cwd=spec.cwd, display=spec.display)
+        first = spawn(
+            [spec.command, *spec.args], name=spec.public_name, env=spec.env, cwd=spec.cwd, display=spec.display
+        )
     child = first
     read_send, read_receive = anyio.create_memory_object_stream[SessionMessage | Exception](16)
     write_send, write_receive = anyio.create_memory_object_stream[SessionMessage](16)
@@ -214,7 +216,7 @@ async def open_http_upstream(
     Raises:
         UpstreamGoneError: the upstream cannot be reached.
     """
-    label = f"{name} ({redact_url(url)})"
+    label = f"`{name}`"  # never the URL, whose path may hold a key
     async with AsyncExitStack() as stack:
         try:
             if transport == "sse":

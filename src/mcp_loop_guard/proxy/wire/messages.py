@@ -14,6 +14,8 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from mcp_loop_guard import codec
+from mcp_loop_guard.proxy.wire.eras import PROTOCOL_VERSION_META_KEY
+from mcp_loop_guard.proxy.wire.header_text import has_control
 
 __all__ = [
     "GUARD_FAULT",
@@ -161,8 +163,10 @@ def result(request_id: RequestId, value: dict[str, Any]) -> Message:
 def parse(line: bytes) -> Message | BadLine | None:  # noqa: PLR0911 - one return per kind of line
     """Parse one line into a message; None for a blank line.
 
-    Checks the JSON-RPC 2.0 envelope only (what the relay needs to route a message); the
-    meaning of a method's parameters is the upstream's business, not the relay's.
+    Checks the JSON-RPC 2.0 envelope only (what the relay needs to route a message), and the
+    protocol version a 2026-07-28 request carries in its ``_meta``: over HTTP both the method
+    and that version go in headers, so neither may hold a control character. The meaning of a
+    method's parameters is the upstream's business, not the relay's.
     """
     if not line.strip():
         return None
@@ -186,14 +190,27 @@ def parse(line: bytes) -> Message | BadLine | None:  # noqa: PLR0911 - one retur
 
 
 def _request(body: dict[str, Any], line: bytes, usable: RequestId | None) -> Message | BadLine:
-    if not isinstance(body["method"], str):
+    method = body["method"]
+    if not isinstance(method, str):
         return _invalid(usable, "the method must be a string")
     if "id" in body and usable is None:
         return _invalid(None, "the id must be a string or an integer")
+    if has_control(method):
+        return _invalid(usable, "the method holds a control character (CR, LF, NUL...)")
     params = body.get("params")
     if params is not None and not isinstance(params, dict):
         return _invalid(usable, "params must be an object")
+    if params and _unsafe_version(params):
+        why = f"_meta's {PROTOCOL_VERSION_META_KEY} holds a control character (CR, LF, NUL...)"
+        return BadLine(why, error(usable, INVALID_PARAMS, f"Invalid params: {why}"))
     return Message(body, line)
+
+
+def _unsafe_version(params: dict[str, Any]) -> bool:
+    """A 2026-07-28 protocol version that no HTTP header could carry."""
+    meta = params.get("_meta")
+    version = meta.get(PROTOCOL_VERSION_META_KEY) if isinstance(meta, dict) else None
+    return isinstance(version, str) and has_control(version)
 
 
 def _response(body: dict[str, Any], line: bytes, usable: RequestId | None) -> Message | BadLine:

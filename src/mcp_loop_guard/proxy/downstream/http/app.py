@@ -247,7 +247,11 @@ async def _serve(plan: Plan, stop: _Stop, first: ChildProcess | None, sockets: l
                 log_config=None,
                 access_log=False,
                 lifespan="off",
-                http=protocol_class(header_timeout=settings.header_timeout_seconds, max_connections=connections),
+                http=protocol_class(
+                    header_timeout=settings.header_timeout_seconds,
+                    body_timeout=settings.body_timeout_seconds,
+                    max_connections=connections,
+                ),
                 timeout_graceful_shutdown=int(GRACEFUL_SECONDS),
             )
             stop.server = _Uvicorn(config)

@@ -164,8 +164,8 @@ class MuxedRelay(SessionRelay):
         def listed(tools: list[Any]) -> None:
             self.metrics.learn(spec.name, [tool["name"] for tool in tools if isinstance(tool, dict) and "name" in tool])
 
-        view = MuxView(f"`{spec.display}`", to_session, gone, listed, self._serving)
-        view.down = f"upstream `{spec.display}` is {slot.status}: {slot.detail}"
+        view = MuxView(f"`{spec.public_name}`", to_session, gone, listed, self._serving)
+        view.down = f"upstream `{spec.public_name}` is {slot.status}: {slot.reason}"
         if judge is None:
             session = self.sessions.new(token, view, kind=kind)
             session.on_retire = view.leave

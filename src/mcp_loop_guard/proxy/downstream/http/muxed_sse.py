@@ -118,11 +118,17 @@ class SseSessions:
             await _text(send, 404, b"Could not find session")
             return
         message = wire.parse(await read_body(receive))
-        if not isinstance(message, wire.Message):
+        if not isinstance(message, wire.Message) and not _answerable(message):
             await _text(send, 400, b"Could not parse message")
             return
+        assert message is not None
         await _text(send, 202, b"Accepted")
-        await session.pipe.take_client(message)
+        await session.pipe.take_client(message)  # a request refused by the reader gets its error on the stream
+
+
+def _answerable(parsed: wire.BadLine | None) -> bool:
+    """A request refused with its JSON-RPC error (a control character in its method...), not a broken body."""
+    return parsed is not None and parsed.reply is not None and parsed.reply.body.get("id") is not None
 
 
 async def _next(reader: anyio.abc.ObjectReceiveStream[bytes]) -> bytes | None:
