@@ -108,7 +108,10 @@ def hard_cases() -> list[Case]:
     if not (HARD / "labels.json").is_file():
         return []
     cases = list(_labelled("hard", "hard", HARD))
-    return [dataclasses.replace(case, corpus="clock") if case.kind == "clock_wait" else case for case in cases]
+    return [
+        dataclasses.replace(case, corpus="clock", source="clock") if case.kind == "clock_wait" else case
+        for case in cases
+    ]
 
 
 def lab_cases() -> list[Case]:
@@ -119,10 +122,11 @@ def lab_cases() -> list[Case]:
         family = entry.get("family") or "productive"
         due = entry.get("due")
         warned_only = family == "same_result"
+        clock = family == "clock_wait"
         cases.append(
             Case(
-                "lab",
-                "lab",
+                "clock" if clock else "lab",
+                "clock" if clock else "lab",
                 CORPUS / name,
                 loop,
                 family,
@@ -308,7 +312,7 @@ HEADLINE = (
         "productive look-alikes refused (waiting shown by a call or a backoff)",
     ),
     ("hard", "productive", "wrong_advice", "productive look-alikes warned"),
-    ("clock", "productive", "productive_refused", "polling whose only sign of waiting is the clock, refused"),
+    ("clock", "productive", "productive_refused", "polling that waits by the clock alone, refused (see pollable)"),
     ("lab", "due", "refused_in_time", "lab loops due a refusal, refused in time"),
     ("lab", "productive", "productive_refused", "lab productive runs refused"),
     ("lab", "productive", "wrong_advice", "lab productive runs warned"),
