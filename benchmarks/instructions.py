@@ -53,7 +53,7 @@ def _take_out(part: str) -> None:
 
     if part == "state write":
 
-        async def _unsaved(self: AgentLoop, now: float) -> None:
+        async def _unsaved(self: AgentLoop, now: float, *, retry: bool = False) -> None:
             """Stands in for the write of the agent's state."""
 
         AgentLoop._save = _unsaved  # type: ignore[method-assign]

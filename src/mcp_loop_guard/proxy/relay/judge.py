@@ -53,6 +53,8 @@ class Pending:
     annotations: Mapping[str, Any] | None
     seq: int = 0
     """The agent's calls begun before this one, plus one: replay begins calls in this order."""
+    begun: int = 0
+    """The agent's calls begun when this call's end was handed to the state store (0: not yet)."""
     ended: float | None = None
     span: CallSpan | None = None
     """The call's trace span, when OpenTelemetry is on."""
@@ -151,6 +153,7 @@ class Judge:
         if self.tracing is not None:
             pending.span = self.tracing.start(tool, server, self.label, trace)
         if verdict.action >= Action.BLOCK:
+            pending.begun = seq  # judged at its own begin, whatever began while the store answered
             self._report(pending, verdict, None)
             if verdict.action is Action.ABORT:
                 self.aborted = verdict
@@ -172,6 +175,7 @@ class Judge:
         seen = without_notes(result)
         outcome = outcome_of(seen, pending.policy)
         pending.ended = self.clock()
+        pending.begun = self.agent.begun  # the calls begun before this end is folded, whatever the store's wait
         verdict = await self.agent.finish(ticket, outcome, pending.ended)
         self._report(pending, verdict, {"result": result}, outcome.key)
         if verdict.action is Action.WARN:
@@ -185,6 +189,7 @@ class Judge:
             return
         outcome = error_outcome(error.get("code"), error.get("message"))
         pending.ended = self.clock()
+        pending.begun = self.agent.begun
         verdict = await self.agent.finish(pending.ticket, outcome, pending.ended)
         self._report(pending, verdict, {"error": dict(error)}, outcome.key)
 
@@ -239,7 +244,7 @@ class Judge:
             "tool": pending.tool,
             "at": round(pending.at, 3),
             "seq": pending.seq,
-            "begun": self.agent.begun,
+            "begun": pending.begun or self.agent.begun,
         }
         if pending.ended is not None:
             line["ended"] = round(pending.ended, 3)
