@@ -21,6 +21,8 @@ import logging
 from dataclasses import dataclass
 from typing import Protocol
 
+import anyio
+
 from mcp_loop_guard.core import detector
 from mcp_loop_guard.core.detector import Call, Outcome, Ticket
 from mcp_loop_guard.core.model import Action, Family, Verdict
@@ -140,12 +142,17 @@ class AgentLoop:
         return ticket, verdict
 
     async def finish(self, ticket: Ticket, outcome: Outcome, now: float) -> Verdict:
-        """See :func:`mcp_loop_guard.core.detector.finish`."""
+        """See :func:`mcp_loop_guard.core.detector.finish`.
+
+        Shielded: the end of a call is recorded even when the call's scope is being cancelled (the
+        upstream went away), and the store's own timeout bounds the wait.
+        """
         if self.store.shared:
             try:
-                self.state, verdict = await self.store.update(
-                    self.key, lambda state: detector.finish(state, ticket, outcome, self.session, now), self.ttl
-                )
+                with anyio.CancelScope(shield=True):
+                    self.state, verdict = await self.store.update(
+                        self.key, lambda state: detector.finish(state, ticket, outcome, self.session, now), self.ttl
+                    )
             except StoreError as error:
                 self._failed(error, ticket.tool, now, refusing=False)
             else:
@@ -157,12 +164,13 @@ class AgentLoop:
         return verdict
 
     async def abandon(self, ticket: Ticket, now: float) -> None:
-        """See :func:`mcp_loop_guard.core.detector.abandon`."""
+        """See :func:`mcp_loop_guard.core.detector.abandon` (shielded, as :meth:`finish` is)."""
         if self.store.shared:
             try:
-                self.state, _ = await self.store.update(
-                    self.key, lambda state: detector.abandon(state, ticket, self.session, now), self.ttl
-                )
+                with anyio.CancelScope(shield=True):
+                    self.state, _ = await self.store.update(
+                        self.key, lambda state: detector.abandon(state, ticket, self.session, now), self.ttl
+                    )
             except StoreError as error:
                 self._failed(error, ticket.tool, now, refusing=False)
             else:

@@ -224,9 +224,8 @@ class Mux:
         try:
             await self.child.write(line)
         except OSError as error:
-            raise UpstreamDownError(
-                f"upstream `{self.child.label}` stopped reading its input ({error.strerror or error})"
-            ) from None
+            stopped = f"upstream `{self.child.label}` stopped reading its input ({error.strerror or error})"
+            raise UpstreamDownError(stopped) from None
 
     async def from_primary(
         self, line: bytes, *, request: RequestId | None, method: str | None, cancelled: object = None
@@ -338,13 +337,14 @@ class Mux:
         if view.mux is self:
             view.mux = None
 
-    async def close(self, reason: str) -> None:
-        """The child is gone: every view's requests in flight get ``reason``; own requests end."""
+    async def close(self, reason: str, within: float = 10.0) -> None:
+        """The child is gone: every view's requests in flight get ``reason`` (``within`` seconds, shielded)."""
         if self.closed is not None:
             return
         self.closed = reason
         self.done.set()
         self._own.give_up()
-        for view in list(self.views):
-            self.detach(view)
-            await view.gone(reason)
+        with anyio.move_on_after(within, shield=True):  # even while the child's scope ends
+            for view in list(self.views):
+                self.detach(view)
+                await view.gone(reason)
