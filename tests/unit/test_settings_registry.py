@@ -1,11 +1,12 @@
-"""Every setting is declared once, in the registry: Settings, Policy, the per-server and per-tool overrides
-and RULE_SETTINGS all agree with it."""
+"""Every setting is declared once, in the registry: Settings, Policy, the per-server and per-tool overrides,
+the flags, RULE_SETTINGS and --help all agree with it."""
 
 from __future__ import annotations
 
 import dataclasses
 import json
 import os
+import re
 import typing
 from pathlib import Path
 from typing import Any
@@ -13,6 +14,8 @@ from typing import Any
 import annotated_types
 import pytest
 
+from mcp_loop_guard.cli import main
+from mcp_loop_guard.cli_options import guard_parser
 from mcp_loop_guard.config import load_config
 from mcp_loop_guard.core import Mode, Policy, ScrubRules
 from mcp_loop_guard.core.arguments import ArgumentRules
@@ -23,7 +26,6 @@ from mcp_loop_guard.plan import plan
 from mcp_loop_guard.registry import GROUPS, RULE_SETTINGS, SETTINGS, global_settings
 from mcp_loop_guard.settings import Settings, load_settings
 
-ROOT = Path(__file__).resolve().parents[2]
 _EXAMPLES: dict[str, object] = {
     "scrub": ["timestamps"],
     "scrub_keys": ["$.meta.id"],
@@ -182,12 +184,17 @@ def test_each_setting_is_taken_where_declared_and_judges_there(setting: Setting,
 
 
 @pytest.mark.parametrize("setting", global_settings(), ids=_name)
-def test_each_setting_given_as_text_and_only_rule_settings_change_the_policy(setting: Setting) -> None:
-    """A setting's text (as a flag gives it) reaches Settings; the policy changes exactly for RULE_SETTINGS."""
+def test_each_flag_sets_its_setting_and_only_rule_settings_change_the_policy(setting: Setting) -> None:
+    """A flag's text reaches Settings; the policy changes exactly for the settings in RULE_SETTINGS."""
     value = example(setting)
-    if setting.name == "budgets":
-        value = "search_*=20"
-    settings = load_settings(None, **{setting.name: ",".join(value) if isinstance(value, list) else str(value)})
+    if setting.type is bool:
+        argv = [setting.flag if value else "--no-" + setting.flag[2:]]
+    elif setting.name == "budgets":
+        argv = [setting.flag, "search_*=20"]
+    else:
+        argv = [setting.flag, ",".join(value) if isinstance(value, list) else str(value)]
+    args = guard_parser(global_settings()).parse_args([*argv, "--", "srv"])
+    settings = load_settings(None, **{s.name: getattr(args, s.name) for s in global_settings()})
     assert getattr(settings, setting.name) != setting.default
     assert (settings.to_policy() != Settings().to_policy()) is (setting.name in RULE_SETTINGS), setting.name
 
@@ -196,6 +203,38 @@ def test_rule_settings_are_the_global_rules() -> None:
     """RULE_SETTINGS (what replay takes and a reload applies) is every global setting declared as a rule."""
     assert {s.name for s in global_settings() if s.rule} == RULE_SETTINGS
     assert {s.name for s in RULE.values() if "global" in s.scopes} <= RULE_SETTINGS
+
+
+def test_help_lists_the_subcommands_then_every_setting_by_group(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """--help: the commands first, then each group's title followed by its flags, each with default and variable."""
+    monkeypatch.setenv("COLUMNS", "1000")  # one line per flag
+    with pytest.raises(SystemExit):
+        main(["--help"])
+    text = capsys.readouterr().out
+    commands = text.index("commands:")
+    assert all(f"\n  {name} " in text[commands : text.index("options:")] for name in ("wrap", "unwrap", "replay"))
+    assert all(f"\n  {name} " in text[commands : text.index("options:")] for name in ("state", "demo"))
+    places = [text.index(f"\n{title}:\n") for title, _ in GROUPS.values()]
+    assert places == sorted(places)
+    assert commands < places[0]
+    for setting in global_settings():
+        where = text.index(f"  {setting.flag}")
+        group = list(GROUPS).index(setting.group)
+        assert places[group] < where < (places[group + 1] if group + 1 < len(places) else len(text)), setting.name
+        entry = re.split(r"\n  -|\n\n", text[where + 3 :])[0]  # the flag and its help, on one or two lines
+        assert f"default: {setting.shown_default}" in entry, setting.name
+        assert setting.env in entry, setting.name
+
+
+def test_replay_takes_a_flag_for_each_rule_setting_and_no_other(capsys: pytest.CaptureFixture[str]) -> None:
+    """replay's setting flags are RULE_SETTINGS."""
+    with pytest.raises(SystemExit):
+        main(["replay", "--help"])
+    text = capsys.readouterr().out
+    for setting in global_settings():
+        assert (f"  {setting.flag}" in text) is (setting.name in RULE_SETTINGS), setting.name
 
 
 def test_declarations_are_well_formed() -> None:
