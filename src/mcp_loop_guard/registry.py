@@ -4,8 +4,9 @@ The loop rules are declared in the core (:mod:`mcp_loop_guard.core.registry`, wh
 its defaults and ranges from), the others in :mod:`mcp_loop_guard.process_settings`. Made from
 :data:`SETTINGS`: ``Settings`` (variables, flags, the config file's top-level ``loopGuard``), what a
 server's or a tool's ``loopGuard`` section may override (:mod:`mcp_loop_guard.overrides`),
-:data:`RULE_SETTINGS`, the flags and ``--help`` (:mod:`mcp_loop_guard.cli_options`). A new
-setting is one declaration and, if it is global, one typed line in ``Settings``;
+:data:`RULE_SETTINGS`, the flags and ``--help`` (:mod:`mcp_loop_guard.cli_options`) and
+``docs/settings.md`` (:mod:`mcp_loop_guard.settings_doc`). A new setting is one declaration,
+one typed line in ``Settings`` if it is global, and a regenerated ``docs/settings.md``;
 ``tests/unit/test_settings_registry.py`` fails until they agree."""
 
 from __future__ import annotations

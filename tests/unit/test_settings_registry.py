@@ -1,5 +1,5 @@
 """Every setting is declared once, in the registry: Settings, Policy, the per-server and per-tool overrides,
-the flags, RULE_SETTINGS and --help all agree with it."""
+the flags, RULE_SETTINGS, --help and docs/settings.md all agree with it."""
 
 from __future__ import annotations
 
@@ -25,7 +25,9 @@ from mcp_loop_guard.overrides import PolicySpec, ToolSpec
 from mcp_loop_guard.plan import plan
 from mcp_loop_guard.registry import GROUPS, RULE_SETTINGS, SETTINGS, global_settings
 from mcp_loop_guard.settings import Settings, load_settings
+from mcp_loop_guard.settings_doc import render
 
+ROOT = Path(__file__).resolve().parents[2]
 _EXAMPLES: dict[str, object] = {
     "scrub": ["timestamps"],
     "scrub_keys": ["$.meta.id"],
@@ -235,6 +237,14 @@ def test_replay_takes_a_flag_for_each_rule_setting_and_no_other(capsys: pytest.C
     text = capsys.readouterr().out
     for setting in global_settings():
         assert (f"  {setting.flag}" in text) is (setting.name in RULE_SETTINGS), setting.name
+
+
+def test_docs_settings_md_is_made_from_the_registry() -> None:
+    """docs/settings.md is what the registry renders: a contributor who changes a setting regenerates it."""
+    written = (ROOT / "docs" / "settings.md").read_text(encoding="utf-8")
+    assert written == render(), "out of date: run python -m mcp_loop_guard.settings_doc > docs/settings.md"
+    for setting in SETTINGS:
+        assert f"| `{setting.key}`" in written
 
 
 def test_declarations_are_well_formed() -> None:
