@@ -25,7 +25,7 @@ from urllib.parse import urlsplit
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from pydantic_core import ErrorDetails
 
-from mcp_loop_guard.core.setting import GLOBAL, Scope, snake
+from mcp_loop_guard.core.setting import GLOBAL, Scope, Setting, snake
 from mcp_loop_guard.overrides import PolicySpec, Spec, ToolSpec, settable
 from mcp_loop_guard.proxy.wire.header_text import has_control
 from mcp_loop_guard.redaction import program_name, program_stem, redact_url
@@ -414,7 +414,7 @@ def _section(section: object, at: str, scope: Scope, file: str, problems: list[t
     return FileSettings(values, keys, file)
 
 
-def _misplaced(key: str, scope: Scope, fields: Sequence[Any]) -> str:
+def _misplaced(key: str, scope: Scope, fields: Sequence[Setting]) -> str:
     """Why ``key`` is not a setting of ``scope``: removed, set elsewhere, or unknown."""
     name = snake(key)
     setting = SETTING.get(name)

@@ -19,15 +19,6 @@ from mcp_loop_guard.registry import SETTING, SETTINGS, check_value, parse_value
 
 __all__ = ["PER_SERVER", "THRESHOLDS", "PolicySpec", "Spec", "ToolSpec", "settable"]
 
-THRESHOLDS: Final = (
-    ("warn_threshold", "block_threshold"),
-    ("recurring_warn_threshold", "recurring_block_threshold"),
-    ("same_error_warn_threshold", "same_error_block_threshold"),
-    ("same_result_warn_threshold", "same_result_block_threshold"),
-    ("side_effect_warn_threshold", "side_effect_block_threshold"),
-)
-"""Each family's (warn, block) pair: one given alone must still leave warn below block."""
-
 
 class Spec(BaseModel):
     """The overrides of one scope as given; the fields are made from the registry (see :func:`_spec`)."""
@@ -60,6 +51,14 @@ class Spec(BaseModel):
 def settable(scope: Scope) -> tuple[Setting, ...]:
     """The settings that may be set in ``scope``, in the order they are listed."""
     return tuple(setting for setting in SETTINGS if scope in setting.scopes)
+
+
+THRESHOLDS: Final = tuple(
+    (setting.name, setting.name.removesuffix("warn_threshold") + "block_threshold")
+    for setting in settable("tool")
+    if setting.name.endswith("warn_threshold")
+)
+"""Each family's (warn, block) pair: one given alone must still leave warn below block."""
 
 
 def _spec(name: str, scope: Scope, base: type[Spec]) -> type[Spec]:
