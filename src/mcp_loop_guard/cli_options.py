@@ -33,9 +33,9 @@ commands:
   state     the agents in the state store: `state list`; `state reset KEY` unblocks one
   demo      watch a scripted agent loop against a built-in server through the real guard
 
-Every setting below is also a LOOP_GUARD_* variable (named with it) and a key of a config file's
-top-level loopGuard section (warnThreshold or warn_threshold); flags win over variables,
-variables over the file. All settings, with where each may be set: docs/settings.md."""
+Each setting below names its LOOP_GUARD_* variable; it is also a key of a config file's
+top-level loopGuard section (warnThreshold or warn_threshold). Flags win over variables,
+variables over the file. Every setting, with where each may be set: docs/settings.md."""
 
 _EPILOG = """\
 examples:
