@@ -1,7 +1,7 @@
-"""Command line: ``mcp-loop-guard [OPTIONS] -- COMMAND [ARG...]`` and ``mcp-loop-guard demo``.
+"""Command line: ``mcp-loop-guard [OPTIONS] -- COMMAND [ARG...]`` and its subcommands.
 
-Every setting is a flag generated from the Settings declaration, so a new
-setting gets its flag, its help text and its environment variable at once.
+Every setting is a flag made from the settings registry (:mod:`mcp_loop_guard.cli_options`),
+so a new setting gets its flag, its help text and its environment variable at once.
 """
 
 from __future__ import annotations
@@ -16,83 +16,16 @@ import sys
 from collections.abc import Callable, Coroutine, Sequence
 from functools import partial
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import anyio
 
-from mcp_loop_guard import __version__
 from mcp_loop_guard.proxy.upstream.child import ChildProcess, UpstreamStartError, relay_stderr_as_logs, spawn
 from mcp_loop_guard.redaction import program_name
-
-if TYPE_CHECKING:
-    from mcp_loop_guard.settings import SettingField
 
 EXIT_START_FAILED = 1
 EXIT_USAGE = 2
 SUBCOMMANDS = ("wrap", "unwrap", "replay", "state", "demo")
-
-_EPILOG = """\
-examples:
-  mcp-loop-guard -- uvx mcp-server-time
-  mcp-loop-guard --transport http --port 8080 --config mcp.json
-  mcp-loop-guard --upstream http://127.0.0.1:3001/mcp
-  mcp-loop-guard --warn-threshold 4 --ignore-tools 'todo_*' -- npx -y @modelcontextprotocol/server-everything
-  mcp-loop-guard demo
-  mcp-loop-guard replay --json events.jsonl          (judge recorded calls with other settings)
-  mcp-loop-guard state list                        (agents in the state store; `state reset KEY` unblocks one)
-  mcp-loop-guard wrap --client claude-desktop      (then --write; see `mcp-loop-guard wrap --help`)
-
-exit codes: 0 client closed the session, 1 the upstream could not be started,
-2 bad usage or settings (an HTTP port in use, a state store or event log that cannot be used
-included), 3 the session was aborted for looping.
-"""
-
-
-def _shown(default: object) -> str:
-    """A default as a user would write it in the environment."""
-    if isinstance(default, bool):
-        return str(default).lower()
-    if isinstance(default, tuple):
-        return ",".join(map(str, default)) or "none"
-    return "none" if default is None else str(default)
-
-
-def _parser(fields: Sequence[SettingField]) -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="mcp-loop-guard",
-        description="Guard an MCP server against agents stuck repeating the same tool call.",
-        epilog=_EPILOG,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    parser.add_argument("--version", action="version", version=f"mcp-loop-guard {__version__}")
-    parser.add_argument("--cwd", help="working directory of the upstream command")
-    parser.add_argument(
-        "--config", metavar="FILE", help="an mcpServers JSON file: several upstreams, loopGuard settings"
-    )
-    parser.add_argument(
-        "--upstream", metavar="URL", help="guard one streamable HTTP (or SSE, path ending in /sse) upstream"
-    )
-    parser.add_argument(
-        "--header",
-        action="append",
-        default=[],
-        metavar='"NAME: VALUE"',
-        help="with --upstream: a header sent with every request to it (repeatable)",
-    )
-    add_setting_flags(parser, fields)
-    parser.add_argument("command", nargs=argparse.REMAINDER, help="-- COMMAND [ARG...]: the upstream MCP server")
-    return parser
-
-
-def add_setting_flags(parser: argparse.ArgumentParser, fields: Sequence[SettingField]) -> None:
-    """One flag per setting, with its variable and default in the help (the guard's, replay's and the demo's)."""
-    for field in fields:
-        flag = "--" + field.name.replace("_", "-")
-        help_text = f"{field.description} (env {field.env}, default {_shown(field.default)})"
-        if field.type is bool:
-            parser.add_argument(flag, action=argparse.BooleanOptionalAction, default=None, help=help_text)
-        else:
-            parser.add_argument(flag, default=None, metavar=field.name.split("_")[-1].upper(), help=help_text)
 
 
 class JsonFormatter(logging.Formatter):
@@ -238,6 +171,7 @@ def _misspelt(word: str) -> str | None:
 
 def _replay(args_list: list[str]) -> int:
     """``replay [OPTIONS] FILE...``: judge recorded traces with these settings; print a timeline or JSON lines."""
+    from mcp_loop_guard.cli_options import add_setting_flags  # noqa: PLC0415
     from mcp_loop_guard.config import ConfigError, GuardConfig, load_config  # noqa: PLC0415
     from mcp_loop_guard.plan import plan  # noqa: PLC0415
     from mcp_loop_guard.replay import TraceError, run  # noqa: PLC0415
@@ -252,6 +186,7 @@ def _replay(args_list: list[str]) -> int:
     fields = [field for field in setting_fields() if field.name in RULE_SETTINGS]
     parser = argparse.ArgumentParser(
         prog="mcp-loop-guard replay",
+        usage="mcp-loop-guard replay [OPTIONS] FILE...",
         description="Judge recorded tool calls (trace files, or the event log) as the guard would, with these "
         "settings; `-` reads standard input.",
     )
@@ -308,11 +243,12 @@ def _quiet_closed_stdout() -> None:
 def _start(args_list: list[str], early: ChildProcess | UpstreamStartError | None) -> int:
     """Parse, check, and serve."""
     from mcp_loop_guard.app import serve  # noqa: PLC0415 - loaded after the upstream has started
+    from mcp_loop_guard.cli_options import guard_parser  # noqa: PLC0415
     from mcp_loop_guard.config import ConfigError, load_config, stdio_command_config, url_config  # noqa: PLC0415
     from mcp_loop_guard.plan import plan  # noqa: PLC0415
     from mcp_loop_guard.settings import SettingsError, load_settings, setting_fields  # noqa: PLC0415
 
-    parser = _parser(setting_fields())
+    parser = guard_parser(setting_fields())
     args = parser.parse_args(args_list)
     command: list[str] = list(args.command)
     if command[:1] == ["--"]:

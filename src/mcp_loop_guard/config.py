@@ -23,13 +23,14 @@ from typing import Any, Literal
 from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
-from pydantic.alias_generators import to_camel
 from pydantic_core import ErrorDetails
 
-from mcp_loop_guard.policies import PolicySpec, ToolSpec
+from mcp_loop_guard.core.setting import GLOBAL, Scope, Setting, snake
+from mcp_loop_guard.overrides import PolicySpec, Spec, ToolSpec, settable
 from mcp_loop_guard.proxy.wire.header_text import has_control
 from mcp_loop_guard.redaction import program_name, program_stem, redact_url
-from mcp_loop_guard.settings import FileSettings, Settings, SettingsError
+from mcp_loop_guard.registry import REMOVED, SETTING
+from mcp_loop_guard.settings import FileSettings, SettingsError
 from mcp_loop_guard.userfile import MAX_DEPTH, MIB, UserFileError, line_of, read_text, too_deep
 
 __all__ = [
@@ -59,13 +60,8 @@ MAX_CONFIG_BYTES = 4 * MIB
 
 _NO_VALUES: Mapping[str, Any] = MappingProxyType({})
 _VARIABLE = re.compile(r"\$\{(?:env:)?([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
-_SESSION_ONLY = frozenset(
-    spelling
-    for name in Settings.model_fields
-    if name not in PolicySpec.model_fields
-    for spelling in (name, to_camel(name))
-)
-"""Setting spellings a server may not override: they rule the whole session."""
+_MODELS: Mapping[Scope, type[Spec] | None] = MappingProxyType({"global": None, "server": PolicySpec, "tool": ToolSpec})
+"""How each scope's section is checked at load (the top-level one is checked as Settings are made)."""
 _HEADER_NAME = re.compile(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]+$")
 """An HTTP header name (an RFC 9110 token)."""
 _LAUNCHERS = frozenset({"npx", "pnpx", "bunx", "uvx", "pipx"})
@@ -200,7 +196,7 @@ def load_config(path: Path) -> GuardConfig:
     if isinstance(section, dict) and "tools" in section:
         section = dict(section)
         tools = _tool_sections(section.pop("tools"), "loopGuard.tools", str(path), problems)
-    settings = _section(section, "loopGuard", Settings.model_fields, str(path), problems)
+    settings = _section(section, "loopGuard", "global", str(path), problems)
     if not servers and not problems:
         problems.append(("", 'no servers: give at least one enabled server under "mcpServers"'))
     if problems:
@@ -240,7 +236,7 @@ def _tool_sections(
         return ()
     found: list[tuple[str, Mapping[str, Any]]] = []
     for pattern, overrides in value.items():
-        section = _section(overrides, f"{at}.{pattern}", ToolSpec.model_fields, file, problems, model=ToolSpec)
+        section = _section(overrides, f"{at}.{pattern}", "tool", file, problems)
         found.append((pattern, section))
     return tuple(found)
 
@@ -325,7 +321,7 @@ def _server(
         return None
     found = len(problems)
     kind = _transport(spec, at, problems)
-    policy = _section(spec.loop_guard, f"{at}.loopGuard", PolicySpec.model_fields, file, problems, model=PolicySpec)
+    policy = _section(spec.loop_guard, f"{at}.loopGuard", "server", file, problems)
     if spec.command is not None and spec.url is not None:
         problems.append(
             (at, 'has both "command" and "url" (keep "command" for a local server, "url" for a remote one)')
@@ -383,44 +379,55 @@ def _transport(spec: _Entry, at: str, problems: list[tuple[str, str]]) -> str | 
     return next(iter(named.values()), None)
 
 
-def _section(
-    section: object,
-    at: str,
-    fields: Mapping[str, Any],
-    file: str,
-    problems: list[tuple[str, str]],
-    *,
-    model: type[ToolSpec] | None = None,
-) -> FileSettings:
-    """A ``loopGuard`` section by snake_case name; camelCase keys accepted, unknown ones reported."""
+def _section(section: object, at: str, scope: Scope, file: str, problems: list[tuple[str, str]]) -> FileSettings:
+    """A ``loopGuard`` section of ``scope`` by snake_case name; camelCase keys accepted, others reported.
+
+    A server's ``tools`` section is read as the top-level one is, each pattern's section by itself.
+    """
     if not isinstance(section, dict):
         problems.append((at, f"expected an object, got {_kind(section)}"))
         return FileSettings({})
-    names = {spelling: name for name in fields for spelling in (name, to_camel(name))}
+    fields = settable(scope)
+    names = {spelling: setting.name for setting in fields for spelling in (setting.name, setting.key)}
     values: dict[str, Any] = {}
     keys: dict[str, str] = {}
+    tools: tuple[tuple[str, Mapping[str, Any]], ...] = ()
     for key, value in section.items():
         name = names.get(key)
-        if name is None:
-            if model is not None and key in _SESSION_ONLY:
-                problems.append(
-                    (f"{at}.{key}", "applies to the whole session (set it in the top-level loopGuard section)")
-                )
-            else:
-                known = ", ".join(to_camel(name) for name in fields)
-                problems.append((f"{at}.{key}", f"unknown setting (known: {known})"))
+        if scope == "server" and key == "tools":
+            tools = _tool_sections(value, f"{at}.tools", file, problems)
+        elif name is None:
+            problems.append((f"{at}.{key}", _misplaced(key, scope, fields)))
         elif name in keys:
             problems.append((f"{at}.{key}", f"given twice (also as {keys[name].rpartition('.')[2]})"))
         else:
             values[name], keys[name] = value, f"{at}.{key}"
-    if model is not None:
+    if (model := _MODELS[scope]) is not None:
         try:
             values = model.model_validate(values).model_dump(exclude_unset=True, exclude_none=True)
         except ValidationError as error:
             problems.extend(
                 (_path(keys[str(issue["loc"][0])], issue["loc"][1:]), _problem(issue)) for issue in error.errors()
             )
+    if "tools" in section and scope == "server":
+        values["tools"], keys["tools"] = dict(tools), f"{at}.tools"
     return FileSettings(values, keys, file)
+
+
+def _misplaced(key: str, scope: Scope, fields: Sequence[Setting]) -> str:
+    """Why ``key`` is not a setting of ``scope``: removed, set elsewhere, or unknown."""
+    name = snake(key)
+    setting = SETTING.get(name)
+    if name in REMOVED:
+        return f"was removed: {REMOVED[name]}"
+    if setting is None or key not in (setting.name, setting.key):
+        known = ", ".join([*(field.key for field in fields), *(["tools"] if scope == "server" else [])])
+        return f"unknown setting (known: {known})"
+    if setting.scopes == GLOBAL:
+        return "applies to the whole session (set it in the top-level loopGuard section)"
+    if scope == "global":
+        return "applies to tools (set it in a server's loopGuard section or in a tools section)"
+    return "applies to a whole server (set it in a server's loopGuard section or the top-level one)"
 
 
 class _Expander:

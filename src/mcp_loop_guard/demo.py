@@ -24,9 +24,11 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from mcp_loop_guard.cli import EXIT_USAGE, add_setting_flags
+from mcp_loop_guard.cli import EXIT_USAGE
+from mcp_loop_guard.cli_options import add_setting_flags
 from mcp_loop_guard.proxy.relay.verdicts import MARKER, VERDICT_META_KEY
-from mcp_loop_guard.settings import RULE_SETTINGS, Settings, SettingsError, load_settings, setting_fields
+from mcp_loop_guard.registry import SETTING
+from mcp_loop_guard.settings import RULE_SETTINGS, SettingsError, load_settings, setting_fields
 
 _STEPS: list[tuple[str, dict[str, Any], str]] = [
     ("search_docs", {"query": "deploy"}, "normal work"),
@@ -98,6 +100,7 @@ async def _drive(flags: Sequence[str]) -> list[_Row]:
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="mcp-loop-guard demo",
+        usage="mcp-loop-guard demo [OPTIONS]",
         description="A scripted agent calls a small built-in server through the real guard over stdio, and the "
         "timeline of its calls is printed: normal work, polling, then a stuck call warned, refused and cut off. "
         "The guard takes the LOOP_GUARD_* variables and these flags, as it does in front of a real server.",
@@ -114,7 +117,7 @@ def run_demo(argv: Sequence[str]) -> int:
     except SettingsError as exc:
         print(f"mcp-loop-guard demo: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
-    changed = [name for name in sorted(RULE_SETTINGS) if getattr(settings, name) != Settings.model_fields[name].default]
+    changed = [name for name in sorted(RULE_SETTINGS) if getattr(settings, name) != SETTING[name].default]
     console = Console(highlight=False, width=max(Console().width, 110))
     console.print(Text("mcp-loop-guard demo: a scripted agent calls a small server through the guard\n", style="bold"))
     rows = anyio.run(_drive, list(argv))

@@ -12,130 +12,21 @@ import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from fnmatch import fnmatchcase
-from typing import Any, ClassVar
+from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
-from pydantic.alias_generators import to_camel
+from pydantic import ValidationError
 
-from mcp_loop_guard.budgets import BudgetSpec, budgets_of, parse_budgets
+from mcp_loop_guard.budgets import budgets_of
 from mcp_loop_guard.core import Mode, Policy, ScrubRules
-from mcp_loop_guard.core.arguments import ArgumentRules
 from mcp_loop_guard.core.budget import Budget
-from mcp_loop_guard.core.scrub import PRESETS
-from mcp_loop_guard.settings import REMOVED_TIMING, FileSettings, Settings, SettingsError, split_list
+from mcp_loop_guard.core.setting import snake
+from mcp_loop_guard.overrides import PER_SERVER, THRESHOLDS, PolicySpec, Spec, ToolSpec
+from mcp_loop_guard.registry import REMOVED
+from mcp_loop_guard.settings import FileSettings, Settings, SettingsError
 
 __all__ = ["PER_SERVER", "PolicySpec", "PolicyTable", "Rules", "ToolSpec", "overridden", "server_budgets"]
 
 _CACHE_LIMIT = 10_000
-
-
-class ToolSpec(BaseModel):
-    """The settings one tool (or pattern of tools) may override, as given (camelCase or snake_case keys)."""
-
-    model_config = ConfigDict(
-        extra="forbid",
-        strict=True,
-        frozen=True,
-        alias_generator=to_camel,
-        validate_by_name=True,
-        validate_by_alias=True,
-        defer_build=True,  # built at the first override given: a guard without one never pays for it
-    )
-
-    THRESHOLDS: ClassVar[tuple[tuple[str, str], ...]] = (
-        ("warn_threshold", "block_threshold"),
-        ("recurring_warn_threshold", "recurring_block_threshold"),
-        ("same_error_warn_threshold", "same_error_block_threshold"),
-        ("same_result_warn_threshold", "same_result_block_threshold"),
-        ("side_effect_warn_threshold", "side_effect_block_threshold"),
-    )
-
-    enabled: bool | None = None
-    warn_threshold: int | None = Field(default=None, ge=1)
-    block_threshold: int | None = Field(default=None, ge=1)
-    ignore_errors: bool | None = None
-    cycle_max_period: int | None = Field(default=None, ge=1, le=8)
-    same_error_warn_threshold: int | None = Field(default=None, ge=0)
-    same_error_block_threshold: int | None = Field(default=None, ge=0)
-    same_result_warn_threshold: int | None = Field(default=None, ge=0)
-    same_result_block_threshold: int | None = Field(default=None, ge=0)
-    burst_detection: bool | None = None
-    side_effect_warn_threshold: int | None = Field(default=None, ge=0)
-    side_effect_block_threshold: int | None = Field(default=None, ge=0)
-    trust_annotations: bool | None = None
-    recurring_warn_threshold: int | None = Field(default=None, ge=0)
-    recurring_block_threshold: int | None = Field(default=None, ge=0)
-    pollable: bool | None = None
-    ignore_args: tuple[str, ...] | None = None
-    ordered_args: tuple[str, ...] | None = None
-    case_insensitive_args: tuple[str, ...] | None = None
-    scrub: tuple[str, ...] | None = None
-    scrub_keys: tuple[str, ...] | None = None
-
-    @model_validator(mode="before")
-    @classmethod
-    def _removed(cls, value: object) -> object:
-        """Settings that no longer exist say what took their place."""
-        if isinstance(value, Mapping):
-            for name in ("pollSeconds", "poll_seconds", "quietSeconds", "quiet_seconds"):
-                if name in value:
-                    msg = f"{name} was removed: {REMOVED_TIMING}"
-                    raise ValueError(msg)
-        return value
-
-    @field_validator("scrub", "scrub_keys", "ignore_args", "ordered_args", "case_insensitive_args", mode="before")
-    @classmethod
-    def _lists(cls, value: object) -> object:
-        """A list or a comma-separated string."""
-        return split_list(value)
-
-    @field_validator("scrub")
-    @classmethod
-    def _presets(cls, value: tuple[str, ...] | None) -> tuple[str, ...] | None:
-        """Only named presets."""
-        for name in value or ():
-            if name not in PRESETS:
-                msg = f"unknown scrub preset {name!r} (known: {', '.join(PRESETS)})"
-                raise ValueError(msg)
-        return value
-
-    @field_validator("scrub_keys")
-    @classmethod
-    def _paths(cls, value: tuple[str, ...] | None) -> tuple[str, ...] | None:
-        """JSON paths must parse."""
-        ScrubRules(keys=value or ())
-        return value
-
-    @field_validator("ignore_args")
-    @classmethod
-    def _argument_paths(cls, value: tuple[str, ...] | None) -> tuple[str, ...] | None:
-        """Names, or JSON paths that parse."""
-        ArgumentRules(ignore=value or ())
-        return value
-
-
-class PolicySpec(ToolSpec):
-    """What one server may override: everything a tool may, its own ignore list, its tools' overrides, its budgets."""
-
-    ignore_tools: tuple[str, ...] | None = None
-    tools: dict[str, ToolSpec] | None = None
-    budgets: tuple[BudgetSpec, ...] | None = None
-    """Budgets over this server's own tool names, on top of the session's."""
-
-    @field_validator("budgets", mode="before")
-    @classmethod
-    def _parse_budgets(cls, value: object) -> object:
-        """The same forms as LOOP_GUARD_BUDGETS."""
-        return parse_budgets(value)
-
-    @field_validator("ignore_tools", mode="before")
-    @classmethod
-    def _split_ignores(cls, value: object) -> object:
-        """The same list forms as LOOP_GUARD_IGNORE_TOOLS: a list or a comma-separated string."""
-        return split_list(value)
-
-
-PER_SERVER = "per-server settings: " + ", ".join(to_camel(name) for name in PolicySpec.model_fields)
 
 
 def overridden(
@@ -144,7 +35,7 @@ def overridden(
     *,
     prefix: str = "",
     session_ignores: tuple[str, ...] = (),
-    kind: type[ToolSpec] = PolicySpec,
+    kind: type[Spec] = PolicySpec,
 ) -> Policy:
     """``base`` with ``overrides`` (camelCase or snake_case keys) applied.
 
@@ -156,17 +47,20 @@ def overridden(
         SettingsError: an unknown key, a bad value, or a warn threshold not below its block threshold.
     """
     where = overrides.where if isinstance(overrides, FileSettings) else str
+    scope = "per-server" if kind is PolicySpec else "per-tool"
+    removed = [f"{where(key)}: was removed: {REMOVED[snake(key)]}" for key in overrides if snake(key) in REMOVED]
+    if removed:
+        raise SettingsError(f"invalid {scope} setting: " + "; ".join(removed))
     try:
-        spec = kind.model_validate(dict(overrides))
+        spec = kind.model_validate({key: value for key, value in overrides.items() if key != "tools"})
     except ValidationError as error:
-        scope = "per-server" if kind is PolicySpec else "per-tool"
         problems = [
-            f"{where(str(issue['loc'][0]))}: "
+            f"{where(str(issue['loc'][0]) if issue['loc'] else '')}: "
             + (f"not a {scope} setting ({PER_SERVER})" if issue["type"] == "extra_forbidden" else issue["msg"])
             for issue in error.errors()
         ]
         raise SettingsError(f"invalid {scope} setting: " + "; ".join(problems)) from None
-    given = spec.model_dump(exclude_unset=True, exclude_none=True, exclude={"tools", "budgets"})
+    given = spec.model_dump(exclude_unset=True, exclude_none=True, exclude={"budgets"})
     if "ignore_tools" in given:
         given["ignore_tools"] = session_ignores + tuple(prefix + name for name in given["ignore_tools"])
     arguments = {
@@ -181,7 +75,7 @@ def overridden(
             keys=tuple(dict.fromkeys(base.scrub.keys + tuple(keys))),
         )
     policy = dataclasses.replace(base, **given)
-    for warn, block in ToolSpec.THRESHOLDS:
+    for warn, block in THRESHOLDS:
         named = [name for name in (warn, block) if name in given]
         if named and policy.misconfiguration is not None:
             keys_text = " and ".join(where(name) for name in named)
@@ -258,7 +152,7 @@ def server_budgets(name: str, overrides: Mapping[str, Any]) -> tuple[Budget, ...
     given = overrides.get("budgets")
     if not given:
         return ()
-    return budgets_of(PolicySpec.model_validate({"budgets": given}).budgets or (), name)
+    return budgets_of(vars(PolicySpec.model_validate({"budgets": given}))["budgets"] or (), name)
 
 
 class Rules:

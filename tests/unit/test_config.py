@@ -23,6 +23,7 @@ from mcp_loop_guard.config import (
     url_config,
 )
 from mcp_loop_guard.core import Policy
+from mcp_loop_guard.plan import plan
 from mcp_loop_guard.policies import policy_for
 from mcp_loop_guard.settings import SettingsError, load_settings
 
@@ -205,6 +206,16 @@ def test_a_server_override_that_crosses_thresholds_names_its_key(write: Any) -> 
         policy_for(load_settings(), git.policy)
 
 
+def test_a_tool_override_that_crosses_thresholds_names_its_key_and_file(write: Any) -> None:
+    """A server's per-tool blockThreshold at or under the warn threshold stops the plan, naming where it was written."""
+    path = write(servers(git={"command": "g", "loopGuard": {"tools": {"log_*": {"blockThreshold": 2}}}}))
+    config = load_config(path)
+    with pytest.raises(
+        SettingsError, match=rf"mcpServers\.git\.loopGuard\.tools\.log_\*\.blockThreshold in {path}: warn"
+    ):
+        plan(config, load_settings(config.settings))
+
+
 @pytest.mark.parametrize(
     ("document", "expected"),
     [
@@ -265,6 +276,56 @@ def test_bad_files_name_the_file_the_key_and_the_problem(write: Any, document: o
     assert message.startswith(f"{path}: ")
     assert expected in message
     assert "\n" not in message
+
+
+@pytest.mark.parametrize("key", ["pollSeconds", "quiet_seconds"])
+@pytest.mark.parametrize(
+    ("where", "at"),
+    [
+        (lambda lg: {**servers(a={"command": "x"}), "loopGuard": lg}, "loopGuard"),
+        (lambda lg: servers(a={"command": "x", "loopGuard": lg}), "mcpServers.a.loopGuard"),
+        (lambda lg: {**servers(a={"command": "x"}), "loopGuard": {"tools": {"t": lg}}}, "loopGuard.tools.t"),
+        (lambda lg: servers(a={"command": "x", "loopGuard": {"tools": {"t": lg}}}), "mcpServers.a.loopGuard.tools.t"),
+    ],
+)
+def test_a_removed_setting_is_refused_at_every_level_saying_what_took_its_place(
+    write: Any, key: str, where: Any, at: str
+) -> None:
+    """pollSeconds / quietSeconds, top level, per server or per tool: refused at its key, naming what replaced it."""
+    message = error_of(write(where({key: 5})))
+    assert f"{at}.{key}: was removed: a wall-clock wait no longer exempts a repeat" in message
+    assert "`pollable: true` on a tool" in message
+
+
+@pytest.mark.parametrize(
+    ("document", "expected"),
+    [
+        (
+            {**servers(a={"command": "x"}), "loopGuard": {"pollable": True}},
+            "loopGuard.pollable: applies to tools (set it in a server's loopGuard section or in a tools section)",
+        ),
+        (
+            servers(a={"command": "x", "loopGuard": {"tools": {"t": {"ignoreTools": ["x"]}}}}),
+            "mcpServers.a.loopGuard.tools.t.ignoreTools: applies to a whole server",
+        ),
+        (
+            servers(a={"command": "x", "loopGuard": {"tools": {"t": {"mode": "warn"}}}}),
+            "mcpServers.a.loopGuard.tools.t.mode: applies to the whole session",
+        ),
+        (
+            servers(a={"command": "x", "loopGuard": {"tools": {"t": {"warnThreshold": "2"}}}}),
+            "mcpServers.a.loopGuard.tools.t.warnThreshold: expected an integer, got a string",
+        ),
+        (
+            servers(a={"command": "x", "loopGuard": {"tools": {"t": {"scrub": "nanoseconds"}}}}),
+            "mcpServers.a.loopGuard.tools.t.scrub: Value error, unknown scrub preset 'nanoseconds'",
+        ),
+        (servers(a={"command": "x", "loopGuard": {"tools": []}}), "mcpServers.a.loopGuard.tools: expected an object"),
+    ],
+)
+def test_a_key_in_the_wrong_section_says_where_it_belongs(write: Any, document: object, expected: str) -> None:
+    """A setting where it may not be set (a server's tools sections too) is named by its key, with where it goes."""
+    assert expected in error_of(write(document))
 
 
 def test_every_problem_in_a_file_is_reported_at_once(write: Any) -> None:

@@ -214,6 +214,31 @@ def test_a_bad_override_names_its_flag() -> None:
         load_settings(block_threshold="x")
 
 
+def test_an_unknown_or_removed_variable_is_warned_about(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """LOOP_GUARD_POLL_SECONDS says what took its place, a misspelt variable that it is no setting; both are ignored."""
+    monkeypatch.setenv("LOOP_GUARD_POLL_SECONDS", "30")
+    monkeypatch.setenv("LOOP_GUARD_WARN_TRESHOLD", "9")
+    with caplog.at_level("WARNING", logger="mcp_loop_guard.settings"):
+        settings = load_settings()
+    assert settings.warn_threshold == 3
+    assert "LOOP_GUARD_POLL_SECONDS is ignored: it was removed; a wall-clock wait no longer exempts" in caplog.text
+    assert "LOOP_GUARD_WARN_TRESHOLD is ignored: it is not a setting" in caplog.text
+
+
+def test_a_removed_setting_given_to_load_settings_says_what_took_its_place() -> None:
+    """poll_seconds from a file section or a keyword is refused with what replaced it."""
+    with pytest.raises(SettingsError, match="'poll_seconds' was removed: a wall-clock wait no longer exempts"):
+        load_settings({"poll_seconds": 5})
+
+
+def test_file_settings_hide_every_token() -> None:
+    """The auth token, the named tokens and the admin token never show in a FileSettings repr."""
+    section = FileSettings({"auth_token": "s3cr3t-a", "auth_tokens": "alice:s3cr3t-b", "admin_token": "s3cr3t-c"})
+    assert "s3cr3t" not in repr(section)
+
+
 def test_an_unknown_override_is_rejected() -> None:
     """A setting name that does not exist is an error, not silently ignored."""
     with pytest.raises(SettingsError, match="'warn_treshold' is not a setting"):

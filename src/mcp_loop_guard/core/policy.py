@@ -1,24 +1,34 @@
-"""The detector's rules as one frozen value, built from Settings outside the core."""
+"""The detector's rules as one frozen value, built from Settings outside the core.
+
+Its defaults and ranges are those of the rule settings' declarations (:mod:`.registry`).
+"""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from fnmatch import fnmatchcase
+from typing import Any, Final
 
 from mcp_loop_guard.core.arguments import NO_RULES, ArgumentRules
 from mcp_loop_guard.core.budget import Budget
 from mcp_loop_guard.core.model import Mode
+from mcp_loop_guard.core.registry import MAX_CYCLE_PERIOD, MAX_WINDOW, RULE
 from mcp_loop_guard.core.scrub import ScrubRules
 
-MAX_CYCLE_PERIOD = 8
-"""The longest cycle the state can remember; each period costs one remembered call."""
-MAX_WINDOW = 64
-"""The longest window of recent calls a policy may ask for (``recurring_window``)."""
+__all__ = ["MAX_CYCLE_PERIOD", "MAX_WINDOW", "Policy"]
+
+
+def _default(name: str) -> Any:
+    """The declared default of the rule setting ``name``."""
+    return RULE[name].default
+
+
+_MODE: Final = Mode(_default("mode"))
 
 
 @dataclass(frozen=True, slots=True)
 class Policy:
-    """Thresholds and switches; defaults are those of the reference design plus the loop families.
+    """Thresholds and switches; defaults are those the rule settings declare.
 
     A family's threshold of 0 switches that step off (``same_result_block_threshold=0``: never
     refused). ``abort_threshold``, ``use_terminate``, ``reset_after_seconds``, ``mode``,
@@ -27,43 +37,44 @@ class Policy:
     routed to.
 
     Raises:
-        ValueError: a threshold is out of range or ``reset_after_seconds`` is not positive.
+        ValueError: a value outside its setting's range (a threshold below 1, a window that is not positive...).
     """
 
-    enabled: bool = True
-    warn_threshold: int = 3
-    block_threshold: int = 5
-    abort_threshold: int = 3
-    ignore_tools: tuple[str, ...] = field(default=())
+    enabled: bool = _default("enabled")
+    warn_threshold: int = _default("warn_threshold")
+    block_threshold: int = _default("block_threshold")
+    abort_threshold: int = _default("abort_threshold")
+    ignore_tools: tuple[str, ...] = _default("ignore_tools")
     """Tool names or shell-style patterns (``github__*``) the detector never sees."""
-    ignore_errors: bool = False
-    use_terminate: bool = False
-    reset_after_seconds: float = 120.0
-    cycle_max_period: int = 8
+    ignore_errors: bool = _default("ignore_errors")
+    use_terminate: bool = _default("use_terminate")
+    reset_after_seconds: float = _default("reset_after_seconds")
+    cycle_max_period: int = _default("cycle_max_period")
     """Longest repeating sequence judged as a cycle; 1 turns cycle detection off."""
-    recurring_warn_threshold: int | None = None
-    recurring_block_threshold: int | None = None
+    recurring_warn_threshold: int | None = _default("recurring_warn_threshold")
+    recurring_block_threshold: int | None = _default("recurring_block_threshold")
     """The same call with the same result this many times among the agent's last ``recurring_window``
     calls, whatever came between (no new write, no wait), is a loop too; None: as many as for
     identical calls in a row (``warn_threshold``, ``block_threshold``), 0: never."""
-    recurring_window: int = 20
-    same_error_warn_threshold: int = 3
-    same_error_block_threshold: int = 8
-    same_result_warn_threshold: int = 4
-    same_result_block_threshold: int = 0
-    burst_detection: bool = True
+    recurring_window: int = _default("recurring_window")
+    same_error_warn_threshold: int = _default("same_error_warn_threshold")
+    same_error_block_threshold: int = _default("same_error_block_threshold")
+    same_result_warn_threshold: int = _default("same_result_warn_threshold")
+    same_result_block_threshold: int = _default("same_result_block_threshold")
+    burst_detection: bool = _default("burst_detection")
     """Identical calls inside one batch count like a streak."""
-    side_effect_warn_threshold: int = 2
-    side_effect_block_threshold: int = 3
-    trust_annotations: bool = True
+    side_effect_warn_threshold: int = _default("side_effect_warn_threshold")
+    side_effect_block_threshold: int = _default("side_effect_block_threshold")
+    trust_annotations: bool = _default("trust_annotations")
     """Judge destructive, non-idempotent tools by their MCP annotations."""
-    pollable: bool = False
+    pollable: bool = _default("pollable")
     """The tool is polled on purpose (a job's status): its identical answers are never a loop by themselves."""
     arguments: ArgumentRules = NO_RULES
     """Which argument differences make a call another call (``ignoreArgs``, ``orderedArgs``,
     ``caseInsensitiveArgs``)."""
     scrub: ScrubRules = field(default_factory=ScrubRules)
-    mode: Mode = Mode.ENFORCE
+    """The presets (``scrub``) and keys (``scrubKeys``) left out of result fingerprints."""
+    mode: Mode = _MODE
     budgets: tuple[Budget, ...] = ()
     """The budgets that count calls judged by this policy (already matched to the call's route)."""
     _misconfiguration: str | None = field(default=None, init=False, repr=False, compare=False)
@@ -71,23 +82,10 @@ class Policy:
 
     def __post_init__(self) -> None:
         """Reject values no setting could produce; warn >= block is handled softly instead."""
-        for name in ("warn_threshold", "block_threshold", "abort_threshold"):
-            if getattr(self, name) < 1:
-                msg = f"{name} must be at least 1, got {getattr(self, name)!r}"
-                raise ValueError(msg)
-        for name in _FAMILY_THRESHOLDS:
-            if (getattr(self, name) or 0) < 0:
-                msg = f"{name} must be 0 (off) or more, got {getattr(self, name)!r}"
-                raise ValueError(msg)
-        if not 1 <= self.cycle_max_period <= MAX_CYCLE_PERIOD:
-            msg = f"cycle_max_period must be from 1 to {MAX_CYCLE_PERIOD}, got {self.cycle_max_period!r}"
-            raise ValueError(msg)
-        if not 2 <= self.recurring_window <= MAX_WINDOW:
-            msg = f"recurring_window must be from 2 to {MAX_WINDOW}, got {self.recurring_window!r}"
-            raise ValueError(msg)
-        if not self.reset_after_seconds > 0:
-            msg = f"reset_after_seconds must be positive, got {self.reset_after_seconds!r}"
-            raise ValueError(msg)
+        for setting in _BOUNDED:
+            problem = setting.problem(getattr(self, setting.name))
+            if problem is not None:
+                raise ValueError(problem)
         object.__setattr__(self, "_misconfiguration", self._find_misconfiguration())
 
     @property
@@ -135,8 +133,9 @@ _FAMILY_PAIRS = (
     ("same_result_warn_threshold", "same_result_block_threshold"),
     ("side_effect_warn_threshold", "side_effect_block_threshold"),
 )
-_FAMILY_THRESHOLDS = (
-    *(name for pair in _FAMILY_PAIRS for name in pair),
-    "recurring_warn_threshold",
-    "recurring_block_threshold",
+_BOUNDED = tuple(
+    RULE[each.name]
+    for each in fields(Policy)
+    if each.name in RULE and (RULE[each.name].ge, RULE[each.name].gt, RULE[each.name].le) != (None, None, None)
 )
+"""The rule settings with a range that are fields of Policy, checked when one is made."""
