@@ -20,11 +20,10 @@ from typing import Any
 
 import anyio
 
+from mcp_loop_guard.exits import EXIT_START_FAILED, EXIT_USAGE
 from mcp_loop_guard.proxy.upstream.child import ChildProcess, UpstreamStartError, relay_stderr_as_logs, spawn
 from mcp_loop_guard.redaction import program_name
 
-EXIT_START_FAILED = 1
-EXIT_USAGE = 2
 SUBCOMMANDS = ("wrap", "unwrap", "replay", "state", "demo")
 
 

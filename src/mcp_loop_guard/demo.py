@@ -24,8 +24,8 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from mcp_loop_guard.cli import EXIT_USAGE
 from mcp_loop_guard.cli_options import add_setting_flags
+from mcp_loop_guard.exits import EXIT_USAGE
 from mcp_loop_guard.proxy.relay.verdicts import MARKER, VERDICT_META_KEY
 from mcp_loop_guard.registry import SETTING
 from mcp_loop_guard.settings import RULE_SETTINGS, SettingsError, load_settings, setting_fields
