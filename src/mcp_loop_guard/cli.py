@@ -20,6 +20,7 @@ from typing import Any
 
 import anyio
 
+from mcp_loop_guard.proxy.upstream import signals
 from mcp_loop_guard.proxy.upstream.child import ChildProcess, UpstreamStartError, relay_stderr_as_logs, spawn
 from mcp_loop_guard.redaction import program_name
 
@@ -139,14 +140,22 @@ def main(argv: Sequence[str] | None = None) -> int:
         from mcp_loop_guard.demo import run_demo  # noqa: PLC0415 - rich loads only for the demo
 
         return run_demo(args_list[1:])
-    early = _early_child(args_list)
-    first = early if isinstance(early, ChildProcess) else None
+    return _guard(args_list)
+
+
+def _guard(args_list: list[str]) -> int:
+    """Start the upstream, then the guard in front of it; whatever happens, no child outlives a failed start."""
+    signals.install()  # before the upstream starts: no signal may kill the guard and leave it running
+    first: ChildProcess | None = None
     try:
-        outcome = _start(args_list, early)
+        early = _early_child(args_list)
+        first = early if isinstance(early, ChildProcess) else None
+        return _start(args_list, early)
+    except signals.Stopped as stopped:
+        return 128 + stopped.signum
     finally:
         if first is not None and not first.adopted:
             first.kill_now()
-    return outcome
 
 
 def _misspelt(word: str) -> str | None:
@@ -296,6 +305,7 @@ def _start(args_list: list[str], early: ChildProcess | UpstreamStartError | None
     first = early if early is not None and decided.single_stdio is not None else None
     if first is not None:
         first.adopted = True
+    signals.serving()  # from now on the event loop takes the signals
     return _serve_or_refuse(partial(serve, decided, first, listeners), first)
 
 
