@@ -1,7 +1,9 @@
 """What the guard needs of a POSIX system, in one place: a port to another system starts here.
 
 A stdio guard runs each upstream as a process group of its own, signals that whole group,
-and takes it down when the guard itself dies (even by SIGKILL). Linux and macOS have all of it.
+takes it down when the guard itself dies (even by SIGKILL), and reads its pipes without
+blocking. Linux and macOS have all of it. This module imports nothing POSIX-only at load,
+so :func:`unsupported` can say so on any system before anything else is loaded.
 
 When the guard dies, its upstream goes with it in two ways:
 
@@ -25,6 +27,7 @@ from __future__ import annotations
 import os
 import signal
 import socket
+import stat
 import sys
 import threading
 from collections.abc import Callable
@@ -33,8 +36,19 @@ from functools import partial
 from types import FrameType
 from typing import Any
 
-__all__ = ["STOP_SIGNALS", "exit_watch", "group_spawn_options", "install_handler", "signal_group"]
+__all__ = [
+    "STOP_SIGNALS",
+    "enlarge_pipe",
+    "exit_watch",
+    "group_spawn_options",
+    "install_handler",
+    "set_nonblocking",
+    "signal_group",
+    "unsupported",
+]
 
+SUPPORTED = {"linux": "Linux", "darwin": "macOS"}
+"""``sys.platform`` values the guard runs on, with their names."""
 WATCH_GRACE = 2
 """Seconds the group watch waits between SIGTERM and SIGKILL once the guard is gone."""
 WATCH_NAME = "mcp-loop-guard-group-watch"
@@ -42,6 +56,16 @@ WATCH_NAME = "mcp-loop-guard-group-watch"
 WATCH_SCRIPT = f"read -r line; trap '' TERM; kill -TERM 0; sleep {WATCH_GRACE}; kill -KILL 0"
 """Wait for the guard's end (end of file on stdin), then end the whole group, the watch last."""
 _PR_SET_PDEATHSIG = 1
+
+
+def unsupported(platform: str) -> str | None:
+    """None on a system the guard runs on; otherwise the line that says it does not (``platform``: ``sys.platform``)."""
+    if platform in SUPPORTED or platform.startswith("linux"):
+        return None
+    return (
+        f"mcp-loop-guard: error: this system ({platform}) is not supported: the guard runs on Linux and macOS "
+        "(on Windows, inside WSL)"
+    )
 
 
 # --- the guard's own signals ------------------------------------------------------------------
@@ -142,3 +166,33 @@ def exit_watch(pid: int) -> int | None:
     with suppress(AttributeError, OSError):
         return os.pidfd_open(pid)
     return None
+
+
+# --- descriptors ------------------------------------------------------------------------------
+
+PIPE_BYTES = 1 << 20
+"""The buffer the guard asks for on its pipes: a megabyte result then crosses in one write and one wake-up."""
+
+
+def set_nonblocking(fd: int) -> bool:
+    """Make a pipe or socket non-blocking, for the event loop to watch; False for anything else (a file, a tty)."""
+    mode = os.fstat(fd).st_mode
+    if not (stat.S_ISFIFO(mode) or stat.S_ISSOCK(mode)):
+        return False
+    os.set_blocking(fd, False)
+    return True
+
+
+def enlarge_pipe(fd: int) -> None:
+    """Ask for a :data:`PIPE_BYTES` buffer on a pipe (Linux); elsewhere, or past the system's limits, it stays.
+
+    Linux counts pipe buffers per user, and past ``fs.pipe-user-pages-soft`` every new pipe of
+    that user gets a single page: a pipe that may never carry a large message is better left
+    as it is.
+    """
+    import fcntl  # noqa: PLC0415 - POSIX-only; loaded on first use, so unsupported() works everywhere
+
+    command = getattr(fcntl, "F_SETPIPE_SZ", None)
+    if command is not None and stat.S_ISFIFO(os.fstat(fd).st_mode):
+        with suppress(OSError):
+            fcntl.fcntl(fd, command, PIPE_BYTES)
