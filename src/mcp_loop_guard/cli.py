@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 import anyio
 
+from mcp_loop_guard import log_repeats
 from mcp_loop_guard.posix import unsupported
 from mcp_loop_guard.redaction import program_name
 
@@ -53,6 +54,7 @@ def _configure_logging(level: str, log_format: str = "text", *, contents: bool =
     from mcp_loop_guard.proxy.upstream.child import relay_stderr_as_logs  # noqa: PLC0415 - see main()
 
     handler = logging.StreamHandler(sys.stderr)
+    handler.addFilter(log_repeats.FILTER)
     relay_stderr_as_logs(log_format == "json")
     if log_format == "json":
         handler.setFormatter(JsonFormatter())
@@ -174,6 +176,7 @@ def _guard(args_list: list[str]) -> int:
     finally:
         if first is not None and not first.adopted:
             first.kill_now()
+        log_repeats.report_held()
 
 
 def _misspelt(word: str) -> str | None:

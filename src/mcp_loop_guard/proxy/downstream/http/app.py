@@ -41,7 +41,7 @@ from mcp_loop_guard.proxy.downstream.http.fronts import (
 )
 from mcp_loop_guard.proxy.downstream.http.listen import listen
 from mcp_loop_guard.proxy.downstream.http.middleware import AuthGuard, BodyGuard, HostGuard, security_settings
-from mcp_loop_guard.proxy.downstream.http.protocol import OnceInAWhile, protocol_class, raise_open_file_limit
+from mcp_loop_guard.proxy.downstream.http.protocol import protocol_class, raise_open_file_limit
 from mcp_loop_guard.proxy.downstream.http.translating import START_TIMEOUT
 from mcp_loop_guard.proxy.relay.stopping import STOPPING
 from mcp_loop_guard.proxy.upstream import signals
@@ -218,7 +218,6 @@ async def run_http(plan: Plan, first: ChildProcess | None = None, listeners: Seq
 async def _serve(plan: Plan, stop: _Stop, first: ChildProcess | None, sockets: list[socket.socket]) -> None:
     settings = plan.settings
     metrics = Metrics()
-    logging.getLogger("asyncio").addFilter(OnceInAWhile())
     descriptors = raise_open_file_limit()
     async with opened_store(plan) as (store, health), opened_events(plan) as events:
         forget: Callable[[str], object] | None = store.forget if isinstance(store, MemoryStore) else None
