@@ -8,6 +8,7 @@ it is stopped, and that group ends when the guard dies, however it dies (see
 them), since a grandchild holding the pipes would make a dead upstream look alive. What clients
 read of a child names it by its server's name and says how it ended; its command line and last
 stderr lines (which may hold a path or a secret) go to the operator's log only, once, when it ends.
+Its stdin is written through an :class:`Outbox`, so no writer ever waits for the child to read.
 """
 
 from __future__ import annotations
@@ -19,15 +20,16 @@ import signal
 import subprocess
 import sys
 from collections import deque
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from contextlib import suppress
 from dataclasses import dataclass, field
 
 import anyio
 
 from mcp_loop_guard import posix
-from mcp_loop_guard.proxy.wire.fd import PIPE_BYTES, Fd, Writer, enlarge_pipe
+from mcp_loop_guard.proxy.wire.fd import PIPE_BYTES, Fd, enlarge_pipe
 from mcp_loop_guard.proxy.wire.lines import LineReader
+from mcp_loop_guard.proxy.wire.outbox import Outbox, stuck
 
 logger = logging.getLogger(__name__)
 upstream_logger = logging.getLogger("mcp_loop_guard.upstream")
@@ -91,20 +93,31 @@ class ChildProcess:
     """Taken over by a running relay (a child started before the event loop that nobody took is killed)."""
     sent: int | None = None
     """The strongest signal the guard sent the group: SIGTERM, then SIGKILL."""
-    _stdin_open: bool = True
     _exited: anyio.Event | None = None
-    _writer: Writer | None = None
     _stderr_read: anyio.Event | None = None
+    _outbox: Outbox | None = None
+
+    @property
+    def outbox(self) -> Outbox:
+        """What is written to the child's stdin, in order, as it reads."""
+        if self._outbox is None:
+            self._outbox = Outbox(self.to_child)
+        return self._outbox
 
     async def write(self, line: bytes) -> None:
         """One whole line to the child's stdin, never interleaved with another writer's (sessions share a child).
 
+        It never waits for the child to read: the line is queued behind the others (see :class:`Outbox`).
+
         Raises:
-            OSError: the child stopped reading (BrokenPipeError) or its stdin was closed.
+            OSError: the child stopped reading (BrokenPipeError, or BacklogFullError: it left too much unread) or its
+                stdin was closed.
         """
-        if self._writer is None:
-            self._writer = Writer(self.to_child)
-        await self._writer.write(line)
+        self.outbox.put(line)
+
+    async def input_stuck(self, after: float, counts: Callable[[float], bool]) -> None:
+        """Return once lines for the child have waited ``after`` seconds unread, when ``counts(since)`` holds."""
+        await stuck(self.outbox, after, counts)
 
     def escalate(self) -> None:
         """Signal the whole group one step harder than before: SIGTERM, then SIGKILL (safe in a signal handler)."""
@@ -126,7 +139,6 @@ class ChildProcess:
         with suppress(subprocess.TimeoutExpired):
             self.process.wait(TERM_GRACE)
         _live.discard(self)
-        self._stdin_open = False
         for fd in (self.to_child, self.from_child, self.from_stderr):
             fd.close()
 
@@ -166,12 +178,16 @@ class ChildProcess:
             how += "; its last stderr lines: " + " | ".join(self.stderr_tail)
         return how
 
-    def close_stdin(self) -> None:
-        """Close the child's stdin: how an MCP client asks a stdio server to exit."""
+    def close_stdin(self, *, drained: bool = True) -> None:
+        """Close the child's stdin (how an MCP client asks a stdio server to exit), after what waits to be written.
+
+        ``drained=False``: at once, dropping what waits (a child that is not reading).
+        """
         self.stopping = True
-        if self._stdin_open:
-            self._stdin_open = False
+        if self._outbox is None:
             self.to_child.close()
+        else:
+            self._outbox.close(drained=drained)
 
     async def watch(self) -> None:
         """Set :attr:`exited` when the process ends (and reap it)."""
@@ -222,6 +238,7 @@ class ChildProcess:
             self.close_stdin()
             if self.sent is None:
                 await self._reaped(eof_grace)
+            self.close_stdin(drained=False)
             pgid = self.process.pid
             if self.sent is None and posix.signal_group(pgid, 0):
                 self.escalate()
