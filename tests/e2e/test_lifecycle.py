@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import re
 import signal
+import subprocess
+import sys
 from pathlib import Path
 
 import anyio
@@ -202,3 +204,20 @@ async def test_stdio_guard_loads_only_what_a_stdio_server_needs(connect: Connect
     assert "mcp_loop_guard.proxy.relay.pipe" in imported  # the import list is the guard's, and complete
     assert {name for name in imported if name.split(".")[0] in ("mcp", "mcp_types")} == set()
     assert imported.isdisjoint(_HTTP_CLIENT)
+
+
+async def test_on_an_unsupported_system_the_guard_starts_nothing_and_says_so_in_one_line(tmp_path: Path) -> None:
+    """As on Windows (``sys.platform`` set before the CLI runs): exit 2, one stderr line, no traceback, no upstream."""
+    started = tmp_path / "upstream-started"
+    upstream = [sys.executable, "-c", f"open({str(started)!r}, 'w').close()"]
+    as_windows = "import sys; sys.platform = 'win32'; from mcp_loop_guard.cli import main; raise SystemExit(main())"
+    with anyio.fail_after(30):
+        result = await anyio.run_process(
+            [sys.executable, "-c", as_windows, "--", *upstream], stdin=subprocess.DEVNULL, check=False
+        )
+    lines = result.stderr.decode().splitlines()
+    assert result.returncode == 2, lines
+    assert len(lines) == 1, lines
+    assert "(win32) is not supported" in lines[0], lines
+    assert result.stdout == b""
+    assert not started.exists(), "the upstream was started"

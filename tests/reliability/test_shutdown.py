@@ -1,6 +1,7 @@
-"""Shutdown on stdio: SIGTERM, SIGINT and stdin EOF stop every upstream process group
-(stdin closed, then SIGTERM, then SIGKILL after a grace each) and the guard exits promptly,
-with 128 + the signal's number after a signal. Every process is counted before and after.
+"""Shutdown on stdio: SIGTERM, SIGINT and stdin EOF stop every upstream process group and the
+guard exits promptly, with 128 + the signal's number after a signal. On stdin EOF the upstream's
+stdin is closed, then SIGTERM and SIGKILL follow after a grace each; a signal reaches the group
+as SIGTERM at once. Every process is counted before and after.
 """
 
 from __future__ import annotations
@@ -30,6 +31,8 @@ pytestmark = [pytest.mark.e2e, pytest.mark.anyio]
 
 HOW = ["SIGTERM", "SIGINT", "stdin EOF"]
 EXPECTED_STATUS = {"SIGTERM": 128 + signal.SIGTERM, "SIGINT": 128 + signal.SIGINT, "stdin EOF": 0}
+UPSTREAM_SEES = {"SIGTERM": ("signal", "SIGTERM"), "SIGINT": ("signal", "SIGTERM"), "stdin EOF": ("eof", None)}
+"""How a server that exits on stdin EOF and on signals learns that the guard stops: a signal is passed on at once."""
 
 
 async def _stop(guard: RawGuard, how: str) -> None:
@@ -113,10 +116,10 @@ async def test_stop_while_the_upstream_never_answered_initialize(
 
 
 @pytest.mark.parametrize("how", HOW)
-async def test_an_upstream_that_exits_on_eof_is_gone_before_the_guard_and_never_signalled(
+async def test_an_upstream_is_gone_before_the_guard_by_eof_or_the_signal_passed_on(
     raw_guard: RawConnector, line_log: Path, how: str
 ) -> None:
-    """Stopping the guard closes its upstream's stdin first: the upstream exits on EOF, then the guard exits."""
+    """On EOF the upstream's stdin closes first and it exits unsignalled; a signal reaches it as SIGTERM at once."""
     command = fixture_command("lifecycle_server")
     async with raw_guard(command, env={"LINE_SERVER_LOG": str(line_log)}) as guard:
         upstream = guard.upstream()
@@ -127,15 +130,16 @@ async def test_an_upstream_that_exits_on_eof_is_gone_before_the_guard_and_never_
 
     assert status == EXPECTED_STATUS[how], guard.stderr_text()
     assert not upstream_left, f"the upstream outlived the guard: {describe([upstream])}"
-    # It saw its stdin close and ended by itself: no SIGTERM or SIGKILL was needed, so no grace was waited.
-    assert events == [("start", None), ("eof", None)], events
+    # On EOF it saw its stdin close and ended by itself: no SIGTERM or SIGKILL was needed, so no grace was
+    # waited. On a signal the client is in a hurry (a second signal or SIGKILL follows): SIGTERM, and nothing else.
+    assert events == [("start", None), UPSTREAM_SEES[how]], events
 
 
 @pytest.mark.parametrize("how", HOW)
-async def test_several_upstreams_that_exit_on_eof_are_gone_before_the_guard_and_never_signalled(
+async def test_several_upstreams_are_gone_before_the_guard_by_eof_or_the_signal_passed_on(
     raw_guard: RawConnector, tmp_path: Path, how: str
 ) -> None:
-    """Two stdio upstreams (the aggregating path): both see their stdin close and exit by themselves first."""
+    """Two stdio upstreams (the aggregating path): both see their stdin close (or get SIGTERM) and exit first."""
     logs = {name: tmp_path / f"{name}.jsonl" for name in ("first", "second")}
     servers = {
         name: {
@@ -158,4 +162,4 @@ async def test_several_upstreams_that_exit_on_eof_are_gone_before_the_guard_and_
     assert left == [], f"upstreams outlived the guard: {describe(left)}"
     for log in logs.values():
         events = [(entry["event"], entry.get("name")) for entry in read_json_lines(log) if "event" in entry]
-        assert events == [("start", None), ("eof", None)], events
+        assert events == [("start", None), UPSTREAM_SEES[how]], events

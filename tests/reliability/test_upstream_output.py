@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import fcntl
 import os
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +23,10 @@ pytestmark = [pytest.mark.e2e, pytest.mark.anyio]
 
 GARBAGE = fixture_command("garbage_server")
 FLOOD = fixture_command("flood_server")
+linux_only = pytest.mark.skipif(
+    not sys.platform.startswith("linux"),
+    reason="reads /proc (peak memory, descriptor flags) and pipe sizes, which only Linux has and lets a process set",
+)
 
 
 def peak_rss(pid: int) -> int:
@@ -96,6 +101,7 @@ async def test_answers_to_unknown_ids_are_ignored(raw_guard: RawConnector) -> No
     assert strays == []
 
 
+@linux_only
 async def test_oversized_answer_gives_an_error_result_naming_the_limit(raw_guard: RawConnector) -> None:
     """An answer over LOOP_GUARD_MAX_MESSAGE_BYTES is dropped as it streams by; the call gets an error naming it."""
     limit = 1024 * 1024
@@ -138,6 +144,7 @@ def _write_pipe_sizes(pid: int) -> set[int]:
     return sizes
 
 
+@linux_only
 async def test_the_pipe_to_the_client_grows_to_a_megabyte_for_a_large_result(raw_guard: RawConnector) -> None:
     """A large result is handed to the client at once, not 64 KB per wake-up of the guard.
 

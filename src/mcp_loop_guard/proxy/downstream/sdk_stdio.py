@@ -9,9 +9,7 @@ stdout closes and the client's own close ends it), or a signal.
 from __future__ import annotations
 
 import logging
-import signal
 import sys
-from collections.abc import Callable
 from functools import partial
 
 import anyio
@@ -26,9 +24,16 @@ from mcp_loop_guard.core.model import Verdict
 from mcp_loop_guard.plan import Plan
 from mcp_loop_guard.proxy.downstream.agents import judge_for, opened_events, opened_store, stdio_agent
 from mcp_loop_guard.proxy.downstream.sessions import SessionFactory, fixed_judge
-from mcp_loop_guard.proxy.downstream.stdio import ABORT_LINGER, EXIT_LOOP_ABORTED, EXIT_OK, Ending, abort_line
+from mcp_loop_guard.proxy.downstream.stdio import (
+    ABORT_LINGER,
+    EXIT_LOOP_ABORTED,
+    EXIT_OK,
+    Ending,
+    abort_line,
+    watch_signals,
+)
 from mcp_loop_guard.proxy.relay.context import Context
-from mcp_loop_guard.proxy.upstream.child import UpstreamStartError, terminate_all_now
+from mcp_loop_guard.proxy.upstream.child import UpstreamStartError
 from mcp_loop_guard.proxy.upstream.pool import Slot
 from mcp_loop_guard.proxy.upstream.session import UpstreamGoneError
 from mcp_loop_guard.proxy.wire import messages as wire
@@ -114,20 +119,6 @@ class _Channel:
                         self.ending.end("abort")
 
 
-async def _watch_signals(ending: Ending, reload: Callable[[str], None] | None = None) -> None:
-    """SIGTERM, SIGINT (and SIGHUP without a config file) end the session; with one, SIGHUP reloads it."""
-    with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT, signal.SIGHUP) as signals:
-        async for signum in signals:
-            if signum == signal.SIGHUP and reload is not None:
-                reload("SIGHUP")
-                continue
-            if not ending.done.is_set():
-                logger.info("received %s; stopping the upstreams and exiting", signal.Signals(signum).name)
-                ending.end("signal", signum)
-                continue  # the upstreams are asked to stop as on EOF: stdin closed first, then SIGTERM
-            terminate_all_now()  # a second signal cuts their grace short
-
-
 def _start_failure(exc: BaseException) -> BaseException | None:
     if isinstance(exc, UpstreamStartError | UpstreamGoneError):
         return exc
@@ -177,7 +168,7 @@ async def _serve(plan: Plan, factory: SessionFactory, ending: Ending, aborted: l
 
         async with factory.open(fixed_judge(judge), on_abort, prestart=True) as proxy, anyio.create_task_group() as tg:
             factory.on_slot_change(tg)
-            tg.start_soon(_watch_signals, ending, on_sighup(reloader_for(plan, factory.reconfigure, tg), tg))
+            tg.start_soon(watch_signals, ending, on_sighup(reloader_for(plan, factory.reconfigure, tg), tg))
             read_send, read_receive = anyio.create_memory_object_stream[SessionMessage | Exception](16)
             write_send, write_receive = anyio.create_memory_object_stream[SessionMessage](16)
             tg.start_soon(channel.read, read_send)

@@ -21,7 +21,8 @@ from mcp_loop_guard.core.model import Verdict
 from mcp_loop_guard.plan import Limits, Plan
 from mcp_loop_guard.proxy.downstream.agents import judge_for, opened_events, opened_store, stdio_agent
 from mcp_loop_guard.proxy.relay.pipe import Pipe
-from mcp_loop_guard.proxy.upstream.child import EOF_GRACE, ChildProcess, terminate_all_now
+from mcp_loop_guard.proxy.upstream import signals
+from mcp_loop_guard.proxy.upstream.child import EOF_GRACE, ChildProcess
 from mcp_loop_guard.proxy.wire.fd import Fd, Writer, claimed_stdio
 from mcp_loop_guard.proxy.wire.feed import feed_lines
 from mcp_loop_guard.proxy.wire.lines import LineReader, Oversized
@@ -73,18 +74,22 @@ async def _read_client(stdin: Fd, pipe: Pipe, limit: int, ending: Ending, gone: 
     ending.end("eof")
 
 
-async def _watch_signals(ending: Ending, reload: Callable[[str], None] | None = None) -> None:
-    """SIGTERM, SIGINT (and SIGHUP without a config file) end the session; with one, SIGHUP reloads it."""
-    with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT, signal.SIGHUP) as signals:
-        async for signum in signals:
-            if signum == signal.SIGHUP and reload is not None:
+async def watch_signals(ending: Ending, reload: Callable[[str], None] | None = None) -> None:
+    """SIGTERM, SIGINT (and SIGHUP without a config file) end the session; with one, SIGHUP reloads it.
+
+    The upstreams' groups have had SIGTERM from the signal handler already (SIGKILL at a later
+    signal: see :mod:`~mcp_loop_guard.proxy.upstream.signals`); a SIGHUP that ends the session
+    sends it here.
+    """
+    async for signum in signals.received():
+        if signum == signal.SIGHUP:
+            if reload is not None:
                 reload("SIGHUP")
                 continue
-            if not ending.done.is_set():
-                logger.info("received %s; stopping the upstream and exiting", signal.Signals(signum).name)
-                ending.end("signal", signum)
-                continue  # the upstream is asked to stop as on EOF: stdin closed first, then SIGTERM
-            terminate_all_now()  # a second signal cuts the upstream's grace short
+            signals.stop_upstreams()
+        if not ending.done.is_set():
+            logger.info("received %s; stopping the upstreams and exiting", signal.Signals(signum).name)
+            ending.end("signal", signum)
 
 
 async def serve_pipe(plan: Plan, first: ChildProcess | None = None) -> int:
@@ -114,7 +119,7 @@ async def serve_pipe(plan: Plan, first: ChildProcess | None = None) -> int:
         upstream = pipe.upstream
         async with anyio.create_task_group() as tg:
             reloader = reloader_for(plan, pipe.reconfigure, tg)
-            tg.start_soon(_watch_signals, ending, on_sighup(reloader, tg))
+            tg.start_soon(watch_signals, ending, on_sighup(reloader, tg))
             await tg.start(upstream.run)
             client_gone = anyio.Event()
             tg.start_soon(_read_client, stdin, pipe, settings.max_message_bytes, ending, client_gone)

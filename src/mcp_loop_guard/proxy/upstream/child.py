@@ -3,10 +3,12 @@
 Not the SDK's stdio client: that one filters the environment (an upstream must inherit ours),
 hides the process (we report its exit status), and parses every line into models. The child
 gets its own process group so that wrappers such as ``npx`` or ``uvx`` leave no orphans when
-it is stopped; its exit is watched directly (a pidfd where the system has them), since a
-grandchild holding the pipes would make a dead upstream look alive. What clients read of a
-child names it by its server's name and says how it ended; its command line and last stderr
-lines (which may hold a path or a secret) go to the operator's log only, once, when it ends.
+it is stopped, and that group ends when the guard dies, however it dies (see
+:mod:`mcp_loop_guard.posix`); its exit is watched directly (a pidfd where the system has
+them), since a grandchild holding the pipes would make a dead upstream look alive. What clients
+read of a child names it by its server's name and says how it ended; its command line and last
+stderr lines (which may hold a path or a secret) go to the operator's log only, once, when it ends.
+Its stdin is written through an :class:`Outbox`, so no writer ever waits for the child to read.
 """
 
 from __future__ import annotations
@@ -18,20 +20,22 @@ import signal
 import subprocess
 import sys
 from collections import deque
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from contextlib import suppress
 from dataclasses import dataclass, field
 
 import anyio
 
-from mcp_loop_guard.proxy.wire.fd import PIPE_BYTES, Fd, Writer, enlarge_pipe
+from mcp_loop_guard import posix
+from mcp_loop_guard.proxy.wire.fd import PIPE_BYTES, Fd, enlarge_pipe
 from mcp_loop_guard.proxy.wire.lines import LineReader
+from mcp_loop_guard.proxy.wire.outbox import Outbox, stuck
 
 logger = logging.getLogger(__name__)
 upstream_logger = logging.getLogger("mcp_loop_guard.upstream")
 """Carries upstreams' stderr lines when logs are JSON."""
 
-__all__ = ["ChildProcess", "UpstreamStartError", "spawn", "terminate_all_now"]
+__all__ = ["ChildProcess", "UpstreamStartError", "spawn", "stop_all_groups"]
 
 TERM_GRACE = 2.0
 """Seconds a child gets after SIGTERM before SIGKILL."""
@@ -87,20 +91,39 @@ class ChildProcess:
     """The guard asked it to stop: its exit is expected, not a crash."""
     adopted: bool = False
     """Taken over by a running relay (a child started before the event loop that nobody took is killed)."""
-    _stdin_open: bool = True
+    sent: int | None = None
+    """The strongest signal the guard sent the group: SIGTERM, then SIGKILL."""
     _exited: anyio.Event | None = None
-    _writer: Writer | None = None
     _stderr_read: anyio.Event | None = None
+    _outbox: Outbox | None = None
+
+    @property
+    def outbox(self) -> Outbox:
+        """What is written to the child's stdin, in order, as it reads."""
+        if self._outbox is None:
+            self._outbox = Outbox(self.to_child)
+        return self._outbox
 
     async def write(self, line: bytes) -> None:
         """One whole line to the child's stdin, never interleaved with another writer's (sessions share a child).
 
+        It never waits for the child to read: the line is queued behind the others (see :class:`Outbox`).
+
         Raises:
-            OSError: the child stopped reading (BrokenPipeError) or its stdin was closed.
+            OSError: the child stopped reading (BrokenPipeError, or BacklogFullError: it left too much unread) or its
+                stdin was closed.
         """
-        if self._writer is None:
-            self._writer = Writer(self.to_child)
-        await self._writer.write(line)
+        self.outbox.put(line)
+
+    async def input_stuck(self, after: float, counts: Callable[[float], bool]) -> None:
+        """Return once lines for the child have waited ``after`` seconds unread, when ``counts(since)`` holds."""
+        await stuck(self.outbox, after, counts)
+
+    def escalate(self) -> None:
+        """Signal the whole group one step harder than before: SIGTERM, then SIGKILL (safe in a signal handler)."""
+        self.stopping = True
+        self.sent = signal.SIGKILL if self.sent is not None else signal.SIGTERM
+        posix.signal_group(self.process.pid, self.sent)
 
     @property
     def exited(self) -> anyio.Event:
@@ -111,11 +134,11 @@ class ChildProcess:
 
     def kill_now(self) -> None:
         """Kill the whole process group at once and reap it (outside the event loop)."""
-        _signal_group(self.process.pid, signal.SIGKILL)
+        self.sent = signal.SIGKILL
+        posix.signal_group(self.process.pid, signal.SIGKILL)
         with suppress(subprocess.TimeoutExpired):
             self.process.wait(TERM_GRACE)
         _live.discard(self)
-        self._stdin_open = False
         for fd in (self.to_child, self.from_child, self.from_stderr):
             fd.close()
 
@@ -155,26 +178,28 @@ class ChildProcess:
             how += "; its last stderr lines: " + " | ".join(self.stderr_tail)
         return how
 
-    def close_stdin(self) -> None:
-        """Close the child's stdin: how an MCP client asks a stdio server to exit."""
+    def close_stdin(self, *, drained: bool = True) -> None:
+        """Close the child's stdin (how an MCP client asks a stdio server to exit), after what waits to be written.
+
+        ``drained=False``: at once, dropping what waits (a child that is not reading).
+        """
         self.stopping = True
-        if self._stdin_open:
-            self._stdin_open = False
+        if self._outbox is None:
             self.to_child.close()
+        else:
+            self._outbox.close(drained=drained)
 
     async def watch(self) -> None:
         """Set :attr:`exited` when the process ends (and reap it)."""
-        pidfd = -1
-        with suppress(AttributeError, OSError):
-            pidfd = os.pidfd_open(self.process.pid)
+        pidfd = posix.exit_watch(self.process.pid)
         try:
             while self.process.poll() is None:
-                if pidfd >= 0:
+                if pidfd is not None:
                     await anyio.wait_readable(pidfd)
                 else:
                     await anyio.sleep(0.05)
         finally:
-            if pidfd >= 0:
+            if pidfd is not None:
                 os.close(pidfd)
         self.exited.set()
         if not self.stopping:  # the operator's record of a crash, whoever is told of it (and however briefly)
@@ -206,17 +231,23 @@ class ChildProcess:
     async def stop(self, *, eof_grace: float = EOF_GRACE, term_grace: float = TERM_GRACE) -> None:
         """Close stdin, wait a moment, SIGTERM the group, wait, SIGKILL the group. Bounded and shielded.
 
-        The child is reaped here (a zombie would still count as a member of its group).
+        Once a signal of the guard's own has reached the group already, the wait for stdin's end
+        is skipped. The child is reaped here (a zombie would still count as a member of its group).
         """
         with anyio.CancelScope(shield=True):
             self.close_stdin()
-            await self._reaped(eof_grace)
+            if self.sent is None:
+                await self._reaped(eof_grace)
+            self.close_stdin(drained=False)
             pgid = self.process.pid
-            if _signal_group(pgid, signal.SIGTERM):
+            if self.sent is None and posix.signal_group(pgid, 0):
+                self.escalate()
+            if self.sent == signal.SIGTERM:
                 with anyio.move_on_after(term_grace):
-                    while self.process.poll() is None or _signal_group(pgid, 0):  # noqa: ASYNC110 - no event for a group
+                    while self.process.poll() is None or posix.signal_group(pgid, 0):  # noqa: ASYNC110 - no event for a group
                         await anyio.sleep(0.02)
-                _signal_group(pgid, signal.SIGKILL)
+                if posix.signal_group(pgid, 0):
+                    self.escalate()
             await self._reaped(term_grace)
             _live.discard(self)
             self.from_child.close()
@@ -231,25 +262,20 @@ class ChildProcess:
             self.exited.set()
 
 
-def _signal_group(pgid: int, sig: int) -> bool:
-    """Signal the whole group; False when nobody is left in it."""
-    try:
-        os.killpg(pgid, sig)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # pragma: no cover - a group member changed owner
-        return True
-    return True
-
-
 _live: set[ChildProcess] = set()
 """Children not yet stopped, for a signal that must end them at once."""
+_stopping = False
 
 
-def terminate_all_now() -> None:
-    """SIGTERM every live child's process group now, without waiting out any grace period."""
+def stop_all_groups() -> None:
+    """Every live child's group one step harder (SIGTERM, then SIGKILL), now; no child starts after this.
+
+    Called from a signal handler: it only signals, never waits.
+    """
+    global _stopping  # noqa: PLW0603 - the guard stops once
+    _stopping = True
     for child in list(_live):
-        _signal_group(child.process.pid, signal.SIGTERM)
+        child.escalate()
 
 
 def spawn(
@@ -267,10 +293,12 @@ def spawn(
     Raises:
         UpstreamStartError: the command cannot be started (not found, not executable, bad cwd).
     """
+    label = display or shlex.join(command)
+    if _stopping:
+        raise UpstreamStartError(f"cannot start upstream `{name}`: the guard is stopping", label)
     child_in, to_child = _pipe()
     from_child, child_out = _pipe()
     from_stderr, child_err = os.pipe()
-    label = display or shlex.join(command)
     try:
         process = subprocess.Popen(
             list(command),
@@ -279,8 +307,8 @@ def spawn(
             stderr=child_err,
             env={**os.environ, **(env or {})},
             cwd=cwd,
-            start_new_session=True,
             close_fds=True,
+            **posix.group_spawn_options(),
         )
     except (OSError, subprocess.SubprocessError) as exc:
         for fd in (to_child, from_child, from_stderr):

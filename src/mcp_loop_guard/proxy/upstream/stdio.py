@@ -6,6 +6,11 @@ the next message after a backoff delay starts a new one and replays that ``initi
 has passed, messages fail at once with the reason, so a crash-looping server is never
 hammered. Requests the guard sends itself (the replayed ``initialize``, a ``tools/list`` to
 learn annotations) carry ids of their own and their answers never reach the client.
+
+Nothing waits for the child to read its stdin (see :class:`~mcp_loop_guard.proxy.wire.outbox.Outbox`). A child
+that keeps sending requests but has read none of its input for :data:`STUCK_SECONDS` cannot
+be reading their answers either: it is stopped as a crash, with that reason, so the calls in
+flight get an error instead of waiting forever.
 """
 
 from __future__ import annotations
@@ -31,6 +36,8 @@ logger = logging.getLogger(__name__)
 
 HANDSHAKE_TIMEOUT = 120.0
 """Seconds a restarted upstream may take to answer the replayed initialize (``npx`` may download first)."""
+STUCK_SECONDS = 10.0
+"""How long a child that sends requests may leave its input unread before it is stopped."""
 
 
 @dataclass
@@ -78,6 +85,8 @@ class StdioUpstream:
         self._retry_at = 0.0
         self._down_reason = ""
         self._lock = anyio.Lock()
+        self._asked_at = -math.inf
+        """When the child last sent a request (of its own: sampling, roots, ping)."""
 
     @property
     def label(self) -> str:
@@ -109,6 +118,7 @@ class StdioUpstream:
         async with anyio.create_task_group() as tg:
             tg.start_soon(child.watch)
             tg.start_soon(child.relay_stderr)
+            tg.start_soon(self._watch_input, child)
             try:
                 await feed_lines(child.from_child, LineReader(self.max_bytes), self._take)
             except OSError as error:
@@ -127,6 +137,8 @@ class StdioUpstream:
         if parsed is None:
             return
         if isinstance(parsed, Message):
+            if parsed.is_request:
+                self._asked_at = anyio.current_time()
             ident = parsed.body.get("id")
             own = self._own.pop(ident, None) if isinstance(ident, str) and parsed.is_response else None
             if own is not None:
@@ -135,11 +147,23 @@ class StdioUpstream:
                 return
         await self.on_message(parsed)
 
+    async def _watch_input(self, child: ChildProcess) -> None:
+        """Stop the child once it asks without reading (see the module's text): a crash, from that moment."""
+        await child.input_stuck(STUCK_SECONDS, lambda since: self._asked_at > since)
+        if child is self.child:
+            self._failed(f"read none of its input for {STUCK_SECONDS:g}s while sending requests, and was stopped")
+        child.from_child.close()  # the rest of its flood is not read: its calls are answered now, with the reason
+        await child.stop(eof_grace=0)
+
     def _went_down(self, child: ChildProcess) -> None:
         if child is not self.child or child.stopping:
             return
+        self._failed(child.describe_exit())
+
+    def _failed(self, how: str) -> None:
+        """The child is gone (``how``): no new one before the backoff delay, and messages fail with the reason."""
         self._failures += 1
-        self._down_reason = f"upstream {self.label} {child.describe_exit()}"
+        self._down_reason = f"upstream {self.label} {how}"
         delay = self.backoff.delay(self._failures)
         self._retry_at = anyio.current_time() + delay
         logger.warning("%s; it is started again on the next request, no sooner than in %.1fs", self._down_reason, delay)

@@ -10,9 +10,7 @@ from __future__ import annotations
 
 import asyncio  # noqa: TID251 - a descriptor watched across reads is asyncio's add_reader; anyio has none
 import errno
-import fcntl
 import os
-import stat
 from collections import deque
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager, suppress
@@ -20,33 +18,14 @@ from contextlib import asynccontextmanager, suppress
 import anyio
 import anyio.to_thread
 
+from mcp_loop_guard.posix import PIPE_BYTES, enlarge_pipe, set_nonblocking
 from mcp_loop_guard.proxy.wire.buffer import ReadBuffer
 
 __all__ = ["PIPE_BYTES", "Fd", "Writer", "claimed_stdio", "enlarge_pipe"]
 
 READ_CHUNK = 1 << 16
-PIPE_BYTES = 1 << 20
-"""The buffer the guard asks for on its pipes: a megabyte result then crosses in one write and one wake-up."""
 _OWN_BUFFER = 1 << 17
 """From this read size on, reads go into a buffer kept across reads (see :class:`ReadBuffer`)."""
-
-
-def enlarge_pipe(fd: int) -> None:
-    """Ask for a :data:`PIPE_BYTES` buffer on a pipe (Linux); elsewhere, or past the system's limits, it stays.
-
-    Linux counts pipe buffers per user, and past ``fs.pipe-user-pages-soft`` every new pipe of
-    that user gets a single page: a pipe that may never carry a large message is better left
-    as it is (see :attr:`Fd.grow`).
-    """
-    command = getattr(fcntl, "F_SETPIPE_SZ", None)
-    if command is not None and stat.S_ISFIFO(os.fstat(fd).st_mode):
-        with suppress(OSError):
-            fcntl.fcntl(fd, command, PIPE_BYTES)
-
-
-def _is_stream(fd: int) -> bool:
-    mode = os.fstat(fd).st_mode
-    return stat.S_ISFIFO(mode) or stat.S_ISSOCK(mode)
 
 
 class Fd:
@@ -57,9 +36,7 @@ class Fd:
         self.fd = fd
         self.read_size = read_size
         self.closed = False
-        self.on_loop = _is_stream(fd)
-        if self.on_loop:
-            os.set_blocking(fd, False)
+        self.on_loop = set_nonblocking(fd)
         self.waiter: asyncio.Future[bytes] | None = None
         """What the reader waits on; closing the descriptor completes it with end of file."""
         self.before_close: Callable[[], None] | None = None

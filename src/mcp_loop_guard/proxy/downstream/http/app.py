@@ -2,8 +2,9 @@
 
 Start-up supervises every upstream (a broken one is reported, never fatal), then serves
 until SIGTERM or SIGINT. At the first signal the guard stops accepting, answers every call
-still in flight with an error result on its own stream, and stops its upstreams; a second
-signal cuts the upstreams' grace short. Neither prints a traceback.
+still in flight with an error result on its own stream, and then stops its upstreams (unlike a
+stdio guard, whose first signal reaches them at once: here they must outlive the answers); a
+second signal sends their process groups SIGTERM, a third SIGKILL. Neither prints a traceback.
 """
 
 from __future__ import annotations
@@ -40,10 +41,11 @@ from mcp_loop_guard.proxy.downstream.http.fronts import (
 )
 from mcp_loop_guard.proxy.downstream.http.listen import listen
 from mcp_loop_guard.proxy.downstream.http.middleware import AuthGuard, BodyGuard, HostGuard, security_settings
-from mcp_loop_guard.proxy.downstream.http.protocol import OnceInAWhile, protocol_class, raise_open_file_limit
+from mcp_loop_guard.proxy.downstream.http.protocol import protocol_class, raise_open_file_limit
 from mcp_loop_guard.proxy.downstream.http.translating import START_TIMEOUT
 from mcp_loop_guard.proxy.relay.stopping import STOPPING
-from mcp_loop_guard.proxy.upstream.child import ChildProcess, terminate_all_now
+from mcp_loop_guard.proxy.upstream import signals
+from mcp_loop_guard.proxy.upstream.child import ChildProcess
 from mcp_loop_guard.proxy.upstream.health import Supervised
 from mcp_loop_guard.reload import on_sighup, reloader_for
 from mcp_loop_guard.store import MemoryStore, Store, StoreHealth
@@ -173,26 +175,24 @@ async def _watch_signals(stop: _Stop) -> None:
     It watches until the very end, so a signal during the upstreams' shutdown is handled too.
     SIGHUP reloads the config file (when there is one).
     """
-    with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT, signal.SIGHUP) as signals:
-        async for signum in signals:
-            if signum == signal.SIGHUP:
-                if stop.reload is not None:
-                    stop.reload("SIGHUP")
-                else:
-                    logger.info("received SIGHUP; there is no config file to reload")
-                continue
-            stop.received.append(signum)
-            server = stop.server
-            if len(stop.received) == 1 and server is not None:
-                logger.info("received %s; answering calls in flight and stopping", signal.Signals(signum).name)
-                STOPPING.set()
-                server.should_exit = True
-                continue
-            logger.info("received %s; stopping now", signal.Signals(signum).name)
-            terminate_all_now()
-            if server is not None:
-                server.force_exit = True
-            stop.main.cancel()
+    async for signum in signals.received():
+        if signum == signal.SIGHUP:
+            if stop.reload is not None:
+                stop.reload("SIGHUP")
+            else:
+                logger.info("received SIGHUP; there is no config file to reload")
+            continue
+        stop.received.append(signum)
+        server = stop.server
+        if len(stop.received) == 1 and server is not None:
+            logger.info("received %s; answering calls in flight and stopping", signal.Signals(signum).name)
+            STOPPING.set()
+            server.should_exit = True
+            continue
+        logger.info("received %s; stopping now", signal.Signals(signum).name)
+        if server is not None:
+            server.force_exit = True
+        stop.main.cancel()
 
 
 async def run_http(plan: Plan, first: ChildProcess | None = None, listeners: Sequence[socket.socket] = ()) -> int:
@@ -204,6 +204,7 @@ async def run_http(plan: Plan, first: ChildProcess | None = None, listeners: Seq
     Raises:
         ListenError: no ``listeners`` were given and the address cannot be listened on.
     """
+    signals.upstreams_after_drain()
     sockets = list(listeners) or listen(plan.settings.host, plan.settings.port)
     stop = _Stop()
     async with anyio.create_task_group() as outer:
@@ -217,7 +218,6 @@ async def run_http(plan: Plan, first: ChildProcess | None = None, listeners: Seq
 async def _serve(plan: Plan, stop: _Stop, first: ChildProcess | None, sockets: list[socket.socket]) -> None:
     settings = plan.settings
     metrics = Metrics()
-    logging.getLogger("asyncio").addFilter(OnceInAWhile())
     descriptors = raise_open_file_limit()
     async with opened_store(plan) as (store, health), opened_events(plan) as events:
         forget: Callable[[str], object] | None = store.forget if isinstance(store, MemoryStore) else None

@@ -138,24 +138,3 @@ def raise_open_file_limit() -> int:
             return soft
         return target
     return soft
-
-
-class OnceInAWhile(logging.Filter):
-    """Let one of a kind of record through per interval (a full descriptor table logs on every accept)."""
-
-    def __init__(self, interval: float = 10.0) -> None:
-        """``interval``: seconds between two records with the same message."""
-        super().__init__()
-        self.interval = interval
-        self._last: dict[str, float] = {}
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        """True for the first record of a message in each interval."""
-        key = str(record.msg)[:120]
-        now = time.monotonic()
-        if now - self._last.get(key, -self.interval) < self.interval:
-            return False
-        self._last[key] = now
-        if len(self._last) > 1000:
-            self._last.clear()
-        return True
