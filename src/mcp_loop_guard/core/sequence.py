@@ -65,12 +65,13 @@ _DIGITS: Final = tuple("0123456789abcdefghijklmnopqrstuv")
 """One character of flags per token, 32 combinations."""
 _HELDS: Final = frozenset(d for flags, d in enumerate(_DIGITS) if flags & _HELD)
 _ERRORS: Final = frozenset(d for flags, d in enumerate(_DIGITS) if flags & _ERROR)
-_NEWS: Final = frozenset(d for flags, d in enumerate(_DIGITS) if flags & _NEW)
+_NEWS: Final = str.maketrans({d: "!" for flags, d in enumerate(_DIGITS) if flags & _NEW})
 _STOPS: Final = {
-    True: frozenset(d for flags, d in enumerate(_DIGITS) if flags & _WAIT),
-    False: frozenset(d for flags, d in enumerate(_DIGITS) if flags & (_WAIT | _WRITE)),
+    True: str.maketrans({d: "!" for flags, d in enumerate(_DIGITS) if flags & _WAIT}),
+    False: str.maketrans({d: "!" for flags, d in enumerate(_DIGITS) if flags & (_WAIT | _WRITE)}),
 }
-"""Flag digits: a held token, an error's, and those a count stops at (through writes, or not)."""
+"""Flag digits: a held token, an error's; news and the stops of a count (through writes, or not) as
+tables that mark them "!" (one ``translate`` and ``find`` at C speed instead of a test per digit)."""
 
 
 def size(state: State, session: Policy) -> None:
@@ -185,7 +186,8 @@ def recurrences(state: State, call: str, *, through_writes: bool = False) -> tup
     if position < 0:
         return 0, "", False  # the common case, found at C speed
     flags = window[TOKEN - 1 :: TOKEN]
-    first = max(flags.rfind(digit) for digit in _STOPS[through_writes]) * TOKEN  # -TOKEN when there is none
+    first = flags.translate(_STOPS[through_writes]).rfind("!") * TOKEN  # -TOKEN when there is none
+    news = flags.translate(_NEWS)
     count, result, error = 0, "", False
     after = len(flags)
     while position >= max(first, 0):
@@ -196,7 +198,7 @@ def recurrences(state: State, call: str, *, through_writes: bool = False) -> tup
                 result, error = answer, flag in _ERRORS
             elif answer != result:
                 break
-            if not error and any(other in _NEWS for other in flags[index + 1 : after]):
+            if not error and news.find("!", index + 1, after) >= 0:
                 break  # news came between: a page to come back to, not a loop
             count += flag not in _HELDS
             after = index
