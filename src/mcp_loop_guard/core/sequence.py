@@ -38,6 +38,7 @@ __all__ = [
     "count_failure",
     "cycle_count",
     "decrement",
+    "echoes",
     "expire",
     "failure_of",
     "find",
@@ -112,7 +113,7 @@ def fold(state: State, entry: Entry, copies: int, failures: int | None = None) -
         return
     if changed:
         state.errors.clear()  # something changed what the failing tools depend on
-    elif state.errors:
+    elif state.errors and not entry.says_nothing:  # an empty answer does not show the tool working
         state.errors = [e for e in state.errors if e.tool != entry.tool]  # the tool works again
     same = state.same
     if entry.acts:  # a write's acknowledgment ("OK", "staged", "sent") is the same for every item, as it should be
@@ -204,6 +205,33 @@ def recurrences(state: State, call: str, *, through_writes: bool = False) -> tup
             after = index
         position = window.rfind(call, 0, position + len(call) - 1)
     return count, result, error
+
+
+def echoes(state: State, result: str) -> tuple[int, int]:
+    """(answers, calls): how many times this result came back in the window, counting back from the
+    latest, and for how many different calls; patient repeats not counted.
+
+    The count stops at a wait, at a write not seen before, and at any answer between that told something
+    not seen before, as :func:`recurrences` does.
+    """
+    window = state.window
+    answer = _fixed(result)[:RESULT]
+    flags = window[TOKEN - 1 :: TOKEN]
+    stop = flags.translate(_STOPS[False]).rfind("!")  # -1 when there is none
+    news = flags.translate(_NEWS)
+    count, after = 0, len(flags)
+    calls: set[str] = set()
+    for index in range(len(flags) - 1, stop, -1):
+        start = index * TOKEN
+        if window[start + DIGEST : start + TOKEN - 1] != answer:
+            continue
+        if news.find("!", index + 1, after) >= 0:
+            break
+        if flags[index] not in _HELDS:
+            count += 1
+            calls.add(window[start : start + DIGEST])
+        after = index
+    return count, len(calls)
 
 
 # --- cycles -----------------------------------------------------------------------------------
