@@ -232,6 +232,18 @@ def test_one_answer_between_new_findings_is_not_warned() -> None:
     assert set(actions(verdicts)) == {ALLOW}
 
 
+def test_a_call_asked_again_right_after_itself_counts_its_answers_before_the_news() -> None:
+    """count (4), a new listing, count (4), count (4): warned at the third count, the news between
+    notwithstanding, as the agent no longer browses but repeats itself."""
+    agent = Timed()
+    count = ("bash", {"command": "find . -name '*.py' | sort | uniq -c | wc -l"}, text("4"))
+    verdicts = [agent.call(*count)]
+    agent.call("bash", {"command": "find . -name '*.py' | sort | uniq -c"}, text("1 a.py\n1 b.py\n1 c.py\n1 d.py"))
+    verdicts += [agent.call(*count), agent.call(*count)]
+    assert actions(verdicts) == [ALLOW, ALLOW, WARN]
+    assert verdicts[2].family is Family.RECURRING
+
+
 def test_an_empty_structured_answer_says_nothing() -> None:
     """`{"content": ""}` beside an empty text tells nothing; `{"count": 0}` tells something."""
     empty = {"content": [{"type": "text", "text": ""}], "structuredContent": {"content": ""}}

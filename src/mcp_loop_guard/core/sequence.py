@@ -179,7 +179,8 @@ def recurrences(state: State, call: str, *, through_writes: bool = False) -> tup
     ``through_writes`` at a write not seen before (what the call reads may have changed since: the same
     answer after new edits is worth a warning, not a refusal), and, for an answer that is no error, at any
     call between that answered something not seen before (browsing back to a results page between new
-    products is not a loop; the same failure between new reads is).
+    products is not a loop; the same failure between new reads is), unless the call has since been asked
+    again right after itself (nobody browses back to the page they are on).
     """
     window = state.window
     call = _fixed(call)
@@ -189,7 +190,7 @@ def recurrences(state: State, call: str, *, through_writes: bool = False) -> tup
     flags = window[TOKEN - 1 :: TOKEN]
     first = flags.translate(_STOPS[through_writes]).rfind("!") * TOKEN  # -TOKEN when there is none
     news = flags.translate(_NEWS)
-    count, result, error = 0, "", False
+    count, result, error, stuck = 0, "", False, False
     after = len(flags)
     while position >= max(first, 0):
         if position % TOKEN == 0:
@@ -199,9 +200,10 @@ def recurrences(state: State, call: str, *, through_writes: bool = False) -> tup
                 result, error = answer, flag in _ERRORS
             elif answer != result:
                 break
-            if not error and news.find("!", index + 1, after) >= 0:
+            if not error and not stuck and news.find("!", index + 1, after) >= 0:
                 break  # news came between: a page to come back to, not a loop
             count += flag not in _HELDS
+            stuck = stuck or after == index + 1 < len(flags)  # asked again right away: not browsing back
             after = index
         position = window.rfind(call, 0, position + len(call) - 1)
     return count, result, error
