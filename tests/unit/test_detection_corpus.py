@@ -84,13 +84,13 @@ def at_every_speed() -> list[Judged]:
 
 def test_real_runs_at_every_speed_keep_the_published_figures(at_every_speed: list[Judged]) -> None:
     """On runs of agents nobody here wrote, at any pace: no productive run refused, wrong advice on at most
-    3%, 91% of the loops due a refusal refused in time, 85% of the short loops warned in time."""
+    3%, 11 of 12 (92%) of the loops due a refusal refused in time, 85% of the short loops warned in time."""
     figures = tally(o for o in at_every_speed if o.case.corpus == "real")
     assert {spacing for _, spacing in figures} == set(SPACINGS)
     for (_, spacing), counted in figures.items():
         assert counted.productive_refused == 0, spacing
         assert counted.wrong_advice <= 0.03 * counted.productive, spacing
-        assert counted.refused_in_time >= 0.91 * counted.due, spacing
+        assert counted.refused_in_time * 12 >= 11 * counted.due, spacing
         assert counted.warned_in_time >= 0.85 * counted.short, spacing
 
 

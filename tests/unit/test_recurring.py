@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from mcp_loop_guard.core import Family, Policy
+from mcp_loop_guard.core import Family, Policy, Verdict
 from mcp_loop_guard.core.detector import outcome_of
 from tests.unit.timed import ALLOW, BLOCK, WARN, Timed, actions, first, text
 
@@ -118,6 +118,41 @@ def test_the_same_error_between_other_calls_is_warned_but_one_look_elsewhere_ear
     assert BLOCK not in actions(verdicts)
     assert agent.call("run", {"cmd": "npm test --again"}, denied).action is WARN
     assert agent.call("run", {"cmd": "npm test --once-more"}, denied).action is BLOCK
+
+
+def _alternating_queries(agent: Timed, rounds: int) -> list[Verdict]:
+    """SELECT pet_type (unknown column), SELECT type (unknown column), pet_type again...: two wrong columns in turn."""
+    verdicts = []
+    for i in range(rounds):
+        column = "type" if i % 3 == 2 else "pet_type"
+        failed = text(f"Error executing query: Unknown column '{column}' in 'field list'", error=True)
+        query = " ".join(("SELECT", column, "AVG(weight) FROM pets --", str(i)))
+        verdicts.append(agent.call("sql", {"query": query}, failed))
+    return verdicts
+
+
+def test_the_same_error_through_another_failure_of_the_tool_still_counts_to_a_refusal() -> None:
+    """A tool failing A, A, B, A, A, B...: the other failure ends A's run but not its count; A's 8th is refused."""
+    verdicts = _alternating_queries(Timed(), 12)
+    # A at calls 1, 2, 4, 5, 7, 8, 10, 11: the 8th A (call 11) is refused, never called 3 times in a row.
+    assert first(verdicts, BLOCK) == 11
+    assert verdicts[10].family is Family.SAME_ERROR
+
+
+def test_the_same_error_through_other_failures_is_warned_before_its_refusal() -> None:
+    """Never three in a row, so the warning comes two failures before the refusal: none comes unwarned."""
+    verdicts = _alternating_queries(Timed(), 11)
+    assert actions(verdicts[:7]) == [ALLOW] * 7
+    assert verdicts[7].action is WARN  # the 6th A
+    assert verdicts[7].family is Family.SAME_ERROR
+
+
+def test_a_tool_failing_another_way_and_then_working_starts_every_count_over() -> None:
+    """A, B, then a success: the tool works, no error of it is counted any more."""
+    agent = Timed()
+    _alternating_queries(agent, 7)
+    agent.call("sql", {"query": "SELECT species, AVG(weight) FROM pets GROUP BY species"}, text("dog | 12.5"))
+    assert set(actions(_alternating_queries(agent, 5))) == {ALLOW}
 
 
 def test_a_text_that_says_it_failed_is_a_failure() -> None:

@@ -13,7 +13,7 @@ from mcp_loop_guard.core import wording
 from mcp_loop_guard.core.model import Action, Call, Family
 from mcp_loop_guard.core.policy import Policy
 from mcp_loop_guard.core.sequence import cycle_count, echoes, failure_of, is_cycle, recurrences
-from mcp_loop_guard.core.state import MAX_EFFECTS, Entry, State
+from mcp_loop_guard.core.state import MAX_EFFECTS, Entry, ErrorStreak, State
 
 __all__ = [
     "Found",
@@ -94,6 +94,13 @@ def _failing(state: State, call: Call, policy: Policy) -> Found | None:
     return None
 
 
+def _error_warns(error: ErrorStreak, policy: Policy) -> bool:
+    """The same error in a row earns a warning at the warn threshold; coming back through the tool's other
+    failures (it never worked between), two calls before its refusal, so that none comes unwarned."""
+    through = max(policy.same_error_warn_threshold, policy.same_error_block_threshold - 2)
+    return error.run >= policy.same_error_warn_threshold or error.count >= through
+
+
 def sequential_warning(state: State, entry: Entry, policy: Policy) -> tuple[int, Owed | None]:
     """(streak, warning or None) for the call whose result was just folded in."""
     runs = state.runs
@@ -126,7 +133,7 @@ def sequential_warning(state: State, entry: Entry, policy: Policy) -> tuple[int,
         and error is not None
         and policy.same_error_warn_threshold
         and not policy.ignore_errors
-        and error.count >= policy.same_error_warn_threshold
+        and _error_warns(error, policy)
         and error.count > best_count
     ):
         text = wording.warning(Family.SAME_ERROR, entry.tool, error.count, policy.same_error_block_threshold)

@@ -313,13 +313,18 @@ def _fold_batch(state: State, batch: Batch, entry: Entry) -> None:
 
 
 def count_failure(state: State, tool: str, result: str, count: int) -> None:
-    """``count`` more failures of ``tool`` with this error. A tool failing another way starts over: its
-    failure changed, which is progress of a kind; other tools' failures are kept."""
+    """``count`` more failures of ``tool`` with this error. A tool failing another way ends this error's run
+    (warnings follow runs), not its count: an agent alternating between two wrong calls is no nearer to
+    working, and the count ends only when the tool works or something changes. Other tools' failures are kept."""
     found = next((e for e in state.errors if e.tool == tool and e.result == result), None)
-    state.errors = [e for e in state.errors if e.tool != tool]
+    for other in state.errors:
+        if other.tool == tool and other is not found:
+            other.run = 0
+    state.errors = [e for e in state.errors if e is not found]
     if found is None:
-        found = ErrorStreak(tool, result, 0)
+        found = ErrorStreak(tool, result, 0, 0)
     found.count += count
+    found.run += count
     state.errors.append(found)
     del state.errors[:-MAX_ERRORS]
 
