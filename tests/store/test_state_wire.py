@@ -205,3 +205,12 @@ def test_an_error_count_of_an_earlier_version_reads_back_as_a_run() -> None:
     state = State.from_wire({"v": FORMAT, "h": [], "r": [0], "e": [["sql", "k" * 16, 4]]})
     assert [(e.count, e.run) for e in state.errors] == [(4, 4)]
     assert State.from_wire(state.wire()) == state
+
+
+def test_a_record_without_runs_taken_over_still_reads_back() -> None:
+    """Eight calls remembered, no runs, a batch left in flight: the guard taking it over keeps it readable."""
+    entry = ["t", "a" * 16, "a" * 16, 0]
+    batch = [0, 0, 0, 0.0, {}, {}, entry, 0.0, 0, {}]
+    state = State.from_wire({"v": FORMAT, "h": [entry] * 8, "r": [], "B": [batch]})
+    take_over(state, Policy(), 0.0)
+    assert State.from_wire(state.wire()) == state

@@ -401,7 +401,11 @@ def abandon(state: State, ticket: Ticket, session: Policy, now: float) -> None:
 
 
 def take_over(state: State, session: Policy, now: float) -> None:
-    """A guard continuing the state of one that has exited: its calls in flight will never end."""
+    """A guard continuing the state of one that has exited: its calls in flight will never end.
+
+    The state is fitted to the session first: a record may hold fewer runs than calls remembered.
+    """
+    size(state, session)
     for batch in list(state.batches):
         settle(state, batch, session, now)
 
