@@ -17,16 +17,17 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import TYPE_CHECKING
 
 from mcp_loop_guard.config import HttpServer, ServerSpec, StdioServer
+from mcp_loop_guard.core import replies
 from mcp_loop_guard.plan import Limits
-from mcp_loop_guard.proxy.relay.calls import WRONG_SHAPE, bad_call, begin_call, finish_call, refusal_message
 from mcp_loop_guard.proxy.relay.flights import Flights, InFlight
-from mcp_loop_guard.proxy.relay.judge import Judge, Refusal
-from mcp_loop_guard.proxy.relay.tasks import HeldTasks, created_task, wrong_shape
+from mcp_loop_guard.proxy.relay.judge import Judge
+from mcp_loop_guard.proxy.relay.lifecycle import HANDSHAKE_TIMEOUT, Refused, begin
+from mcp_loop_guard.proxy.relay.tasks import HeldTasks, wrong_shape
 from mcp_loop_guard.proxy.relay.tool_list import ToolList
 from mcp_loop_guard.proxy.relay.verdicts import SERVER_INFO
 from mcp_loop_guard.proxy.upstream.channel import Channel, UpstreamDownError
 from mcp_loop_guard.proxy.upstream.child import ChildProcess
-from mcp_loop_guard.proxy.upstream.stdio import HANDSHAKE_TIMEOUT, StdioUpstream
+from mcp_loop_guard.proxy.upstream.stdio import StdioUpstream
 from mcp_loop_guard.proxy.wire import messages as wire
 from mcp_loop_guard.proxy.wire.lines import Oversized
 from mcp_loop_guard.proxy.wire.messages import BadLine, Message, RequestId
@@ -107,8 +108,7 @@ class Pipe:
     async def from_client(self, item: bytes | Oversized) -> None:
         """Handle one line the client wrote."""
         if isinstance(item, Oversized):
-            limit = f"{self.limits.max_message_bytes} (LOOP_GUARD_MAX_MESSAGE_BYTES)"
-            await self._reject(item.request_id, f"message of {item.size} bytes is over the limit of {limit}")
+            await self._reject(item.request_id, replies.message_too_large(item.size, self.limits.max_message_bytes))
             return
         parsed = wire.parse(item)
         if parsed is not None:
@@ -126,9 +126,7 @@ class Pipe:
                 await self.send(parsed.reply.line())
             elif parsed.response_to is not None and parsed.response_to in self.awaiting_client:
                 self.awaiting_client.discard(parsed.response_to)
-                error = wire.error(
-                    parsed.response_to, wire.INTERNAL_ERROR, "the client answered with a malformed response"
-                )
+                error = wire.error(parsed.response_to, wire.INTERNAL_ERROR, replies.CLIENT_MALFORMED_RESPONSE)
                 await self._to_upstream(error)
             return
         if parsed.is_request:
@@ -144,25 +142,27 @@ class Pipe:
         ident = message.id
         assert ident is not None
         if ident in self.flights:
-            await self._reject(ident, "a request with this id is still in flight")
+            await self._reject(ident, replies.ID_IN_FLIGHT)
             return
         method = message.method or ""
         params = message.body.get("params") or {}
         flight = self.flights.track(message, method, params)
         if method == "tools/call":
-            bad = bad_call(ident, params)
-            if bad is not None:
-                await self.send(bad.line())
-                return
-            annotations = await self.tools.annotations(params["name"], params)
-            decision = await begin_call(self.judge, self.server, message, params, annotations, carried=trace)
-            if isinstance(decision, Refusal):
-                refusal = refusal_message(ident, decision, modern=flight.modern, server_info=self.flights.server_info)
-                await self.send(refusal.line())
+            decision = await begin(
+                self.judge,
+                self.server,
+                message,
+                annotations=self.tools.annotations,
+                carried=trace,
+                modern=flight.modern,
+                server_info=self.flights.server_info,
+            )
+            if isinstance(decision, Refused):
+                await self.send(decision.answer.line())
                 if decision.abort:
                     self.on_abort()
                 return
-            flight.judged = decision
+            flight.call = decision
         elif method == "initialize":
             self.upstream.initialize = message.body
         elif method == "tools/list":
@@ -183,8 +183,8 @@ class Pipe:
             params = message.body.get("params") or {}
             cancelled = params.get("requestId")
             flight = self.flights.pop(cancelled) if isinstance(cancelled, str | int) else None
-            if flight is not None and flight.judged is not None:
-                await self.judge.dropped(flight.judged)
+            if flight is not None and flight.call is not None:
+                await flight.call.dropped()
         await self._to_upstream(message)
 
     async def _to_upstream(self, message: Message) -> None:
@@ -196,7 +196,7 @@ class Pipe:
 
     async def _reject(self, ident: RequestId | None, why: str) -> None:
         logger.warning("rejected a message from the client: %s", why)
-        await self.send(wire.error(ident, wire.INVALID_REQUEST, f"Invalid Request: {why}").line())
+        await self.send(wire.error(ident, wire.INVALID_REQUEST, replies.invalid_request(why)).line())
 
     # --- from the upstream -------------------------------------------------------------------
 
@@ -210,20 +210,13 @@ class Pipe:
                 self.limits.max_message_bytes,
             )
             if item.request_id is not None and item.request_id in self.flights:
-                too_large = (
-                    f"the upstream's answer of {item.size} bytes is over the limit of "
-                    f"{self.limits.max_message_bytes} (LOOP_GUARD_MAX_MESSAGE_BYTES); it was not relayed"
-                )
+                too_large = replies.answer_too_large(item.size, self.limits.max_message_bytes)
                 await self.flights.fail(item.request_id, too_large, "too-large")
             return
         if isinstance(item, BadLine):
             if item.response_to is not None and item.response_to in self.flights:
                 logger.warning("upstream %s sent a malformed response; its request gets an error", self.upstream.label)
-                await self.flights.fail(
-                    item.response_to,
-                    "the upstream answered with a response of the wrong shape (its result must be an object)",
-                    "invalid-result",
-                )
+                await self.flights.fail(item.response_to, replies.WRONG_SHAPE_RESPONSE, "invalid-result")
             else:
                 self.bad_upstream_lines += 1
                 if self.bad_upstream_lines == 1:
@@ -249,15 +242,13 @@ class Pipe:
         result = message.body.get("result")
         if flight.modern and isinstance(result, dict) and isinstance(meta := result.get("_meta"), dict):
             self.flights.server_info = meta.get(SERVER_INFO, self.flights.server_info)
-        if flight.judged is not None and isinstance(result, dict) and (task := created_task(result)) is not None:
-            await self.tasks.hold(task, flight.judged)  # judged when its result is fetched
-        elif flight.task is not None:
-            await self.tasks.answered(message, flight.task, cancelled=flight.method == "tasks/cancel")
-        elif flight.judged is not None:
-            if not await finish_call(self.judge, flight.judged, message):
-                flight.judged = None  # let go by the judge already
+        if flight.call is not None:
+            if await flight.call.answered(message, self.tasks) is None:
+                flight.call = None  # let go by the judge already
                 await self._fail_wrong_shape(ident, flight)
                 return
+        elif flight.task is not None:
+            await self.tasks.answered(message, flight.task, cancelled=flight.method == "tasks/cancel")
         elif flight.method == "tools/call" and isinstance(result, dict) and wrong_shape(result):
             await self._fail_wrong_shape(ident, flight)
             return
@@ -268,7 +259,7 @@ class Pipe:
     async def _fail_wrong_shape(self, ident: RequestId | None, flight: InFlight) -> None:
         assert ident is not None
         self.flights.add(ident, flight)
-        await self.flights.fail(ident, WRONG_SHAPE, "invalid-result")
+        await self.flights.fail(ident, replies.WRONG_SHAPE_RESULT, "invalid-result")
 
     async def _upstream_request(self, message: Message) -> None:
         ident = message.id
@@ -279,7 +270,7 @@ class Pipe:
                 self.upstream.label,
                 len(self.awaiting_client),
             )
-            refusal = wire.error(ident, -32000, "too many requests are awaiting the client's answer; try again later")
+            refusal = wire.error(ident, -32000, replies.TOO_MANY_AWAITING)
             await self._to_upstream(refusal)
             return
         self.awaiting_client.add(ident)
@@ -303,7 +294,7 @@ class Pipe:
 
     async def upstream_exited(self, child: ChildProcess) -> None:
         """The child died: every request in flight gets the reason at once."""
-        reason = self.upstream.down_reason() or f"upstream {self.upstream.label} {child.describe_exit()}"
+        reason = self.upstream.down_reason() or replies.upstream(self.upstream.label, child.describe_exit())
         await self.upstream_lost(reason)
 
     async def upstream_lost(self, reason: str) -> None:
