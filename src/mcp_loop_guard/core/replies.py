@@ -4,7 +4,7 @@ The verdicts' own texts are in :mod:`.wording`. These are the rest a client or a
 reads: the JSON-RPC errors the spec prescribes for a broken message, why a request failed
 (an upstream gone, timed out, answering with the wrong shape), and the HTTP front door's
 refusals. A text names an upstream by its config name (``label``, already quoted), never by
-its command line or URL, and never quotes a value a client sent.
+its command line or URL, and never quotes the arguments or results of a call.
 """
 
 from __future__ import annotations
@@ -120,10 +120,43 @@ def http_refused(status: int) -> str:
     return f"refused the request (HTTP {status})"
 
 
+REMOVED: Final = "was removed by a config reload"
+NONE_ANSWERED: Final = "no upstream answered"
+
+
+def unknown(kind: str, name: str) -> str:
+    """A tool, prompt or task no upstream listed (with several upstreams, requests go only to what one listed)."""
+    return f"Unknown {kind}: {name}"
+
+
+def resource_not_found(uri: str) -> str:
+    """A URI no upstream listed."""
+    return f"Resource not found: {uri}"
+
+
+def ambiguous(why: str) -> str:
+    """A URI several upstreams listed."""
+    return f"Ambiguous resource: {why}"
+
+
+def method_not_found(method: str) -> str:
+    """A method no upstream knows."""
+    return f"Method not found: {method}"
+
+
 def cannot_route(several: bool) -> str:
     """A shared upstream's request to a client, when nobody (or more than one) could be the one it asks."""
     why = "several clients have requests in flight" if several else "no client has a request in flight"
     return f"cannot route this request from a shared upstream: {why}"
+
+
+# --- a config reload that cannot be applied live (the operator's log) ---------------------------
+
+OTHER_SERVERS: Final = "this guard relays one server directly; serving other servers needs a restart"
+OTHER_URL: Final = "this guard relays one HTTP server directly; another URL needs a restart"
+ONE_AND_SEVERAL: Final = (
+    "going between one upstream and several renames every tool (server__name): that needs a restart"
+)
 
 
 # --- the HTTP front door ----------------------------------------------------------------------

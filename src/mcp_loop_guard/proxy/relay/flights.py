@@ -71,9 +71,14 @@ class Flights:
     def __contains__(self, ident: object) -> bool:
         return ident in self._flights
 
-    def track(self, message: Message, method: str, params: dict[str, Any]) -> InFlight:
-        """The bookkeeping of one request; a progress token of the guard's own when only the timeout needs one."""
-        timeout = timeout_of(method, self.limits.call_timeout)
+    def track(
+        self, message: Message, method: str, params: dict[str, Any], call_timeout: float | None = None
+    ) -> InFlight:
+        """The bookkeeping of one request; a progress token of the guard's own when only the timeout needs one.
+
+        ``call_timeout``: the server's own, when the request goes to one of several.
+        """
+        timeout = timeout_of(method, call_timeout or self.limits.call_timeout)
         deadline = anyio.current_time() + timeout
         meta = params.get("_meta")
         token = meta.get("progressToken") if isinstance(meta, dict) else None
@@ -141,4 +146,4 @@ class Flights:
             await self.upstream.send_message(cancellation(ident))
         except UpstreamDownError as down:
             logger.debug("dropped a notifications/cancelled for the upstream: %s", down)
-        await self.fail(ident, timed_out(self.upstream.label, flight.method, flight.timeout), "timeout")
+        await self.fail(ident, timed_out(self.upstream.label_for(ident), flight.method, flight.timeout), "timeout")

@@ -14,89 +14,51 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from typing import TYPE_CHECKING
 
-from mcp_loop_guard.config import HttpServer, ServerSpec, StdioServer
+from mcp_loop_guard.config import ServerSpec
 from mcp_loop_guard.core import replies
 from mcp_loop_guard.plan import Limits
 from mcp_loop_guard.proxy.relay.flights import Flights, InFlight
 from mcp_loop_guard.proxy.relay.judge import Judge
-from mcp_loop_guard.proxy.relay.lifecycle import HANDSHAKE_TIMEOUT, Refused, begin
+from mcp_loop_guard.proxy.relay.lifecycle import Refused, begin
 from mcp_loop_guard.proxy.relay.tasks import HeldTasks, wrong_shape
 from mcp_loop_guard.proxy.relay.tool_list import ToolList
 from mcp_loop_guard.proxy.relay.verdicts import SERVER_INFO
 from mcp_loop_guard.proxy.upstream.channel import Channel, UpstreamDownError
-from mcp_loop_guard.proxy.upstream.child import ChildProcess
-from mcp_loop_guard.proxy.upstream.stdio import StdioUpstream
+from mcp_loop_guard.proxy.upstream.channels import Opener
+from mcp_loop_guard.proxy.upstream.router import Router
 from mcp_loop_guard.proxy.wire import messages as wire
 from mcp_loop_guard.proxy.wire.lines import Oversized
 from mcp_loop_guard.proxy.wire.messages import BadLine, Message, RequestId
-
-if TYPE_CHECKING:
-    from mcp_loop_guard.proxy.upstream.http_lines import HttpLines
-    from mcp_loop_guard.proxy.upstream.sse_lines import SseLines
 
 logger = logging.getLogger(__name__)
 
 
 class Pipe:
-    """Relays one client to one upstream: a child's stdio, or a streamable HTTP server."""
+    """Relays one client to its upstream: one server's channel, or a router of several (:mod:`..upstream.channels`)."""
 
     def __init__(
         self,
-        spec: StdioServer | HttpServer,
+        opener: Opener,
         send: Callable[[bytes], Awaitable[None]],
         judge: Judge,
         *,
+        server: str,
         limits: Limits,
         on_abort: Callable[[], None],
-        first: ChildProcess | None = None,
-        channel: Channel | None = None,
     ) -> None:
-        """``send`` writes a line to the client; ``on_abort`` ends the session once the refusal is out.
+        """``opener`` makes the upstream, which tells this relay what it hears; ``send`` writes a line to the client.
 
-        ``first``: the upstream's child when it was started before the event loop.
-        ``channel``: the upstream as given (a shared child's view), instead of one of the relay's own.
+        ``server``: the server's name (a router names each call's own); ``on_abort`` ends the
+        session once an aborting refusal is out.
         """
-        handshake = limits.call_timeout or HANDSHAKE_TIMEOUT
-        self.upstream: Channel
-        if channel is not None:
-            self.upstream = channel
-        elif isinstance(spec, HttpServer):
-            http_lines, sse_lines = _http_classes()
-            if spec.transport == "sse":
-                self.upstream = sse_lines(
-                    spec,
-                    self.from_upstream,
-                    self.upstream_lost,
-                    on_restart=self.upstream_restarted,
-                    max_bytes=limits.max_message_bytes,
-                    handshake_timeout=handshake,
-                )
-            else:
-                self.upstream = http_lines(
-                    spec,
-                    self.from_upstream,
-                    self.upstream_failed,
-                    on_restart=self.upstream_restarted,
-                    max_bytes=limits.max_message_bytes,
-                    handshake_timeout=handshake,
-                )
-        else:
-            self.upstream = StdioUpstream(
-                spec,
-                self.from_upstream,
-                self.upstream_exited,
-                on_restart=self.upstream_restarted,
-                max_bytes=limits.max_message_bytes,
-                first=first,
-                handshake_timeout=handshake,
-            )
         self.send = send
         self.judge = judge
-        self.server = spec.name
+        self.server = server
         self.limits = limits
         self.on_abort = on_abort
+        self.upstream: Channel = opener(self)
+        self.router = self.upstream if isinstance(self.upstream, Router) else None
         self.tools = ToolList(self.upstream, limits)
         self.flights = Flights(self.upstream, limits, send, judge)
         self.tasks = HeldTasks(judge)
@@ -146,12 +108,21 @@ class Pipe:
             return
         method = message.method or ""
         params = message.body.get("params") or {}
-        flight = self.flights.track(message, method, params)
+        server, tool, timeout = self.server, None, None
+        if method == "tools/call" and self.router is not None and isinstance(name := params.get("name"), str):
+            route = await self.router.route(name, params.get("_meta"))
+            if route is None:
+                await self.send(wire.error(ident, wire.INVALID_PARAMS, replies.unknown("tool", name)).line())
+                return
+            server, tool = route
+            timeout = self.router.timeout_for(server)
+        flight = self.flights.track(message, method, params, timeout)
         if method == "tools/call":
             decision = await begin(
                 self.judge,
-                self.server,
+                server,
                 message,
+                tool=tool,
                 annotations=self.tools.annotations,
                 carried=trace,
                 modern=flight.modern,
@@ -292,11 +263,6 @@ class Pipe:
         """The guard is stopping: every request in flight gets the reason instead of a cut connection."""
         await self.flights.fail_all(reason, "shutdown")
 
-    async def upstream_exited(self, child: ChildProcess) -> None:
-        """The child died: every request in flight gets the reason at once."""
-        reason = self.upstream.down_reason() or replies.upstream(self.upstream.label, child.describe_exit())
-        await self.upstream_lost(reason)
-
     async def upstream_lost(self, reason: str) -> None:
         """The upstream went away: every request in flight gets ``reason`` at once."""
         self.awaiting_client.clear()
@@ -315,26 +281,9 @@ class Pipe:
             await self.send(Message({"jsonrpc": "2.0", "method": "notifications/tools/list_changed"}).line())
 
     async def reconfigure(self, servers: Sequence[ServerSpec]) -> str | None:
-        """A config reload: the one server's new command replaces the old one; None, or why it cannot be done live."""
-        upstream = self.upstream
-        if len(servers) == 1 and isinstance(servers[0], StdioServer) and isinstance(upstream, StdioUpstream):
-            self.server = servers[0].name
+        """A config reload: the upstream takes the new servers, or says why it cannot live (None when it did)."""
+        problem = await self.upstream.reconfigure(servers)
+        if problem is None:
+            self.server = servers[0].name if len(servers) == 1 else self.server
             self.tools.facts.forget()
-            await upstream.replace(servers[0])
-            return None
-        if len(servers) == 1 and isinstance(servers[0], HttpServer) and isinstance(upstream, _http_classes()):
-            if servers[0].url != upstream.spec.url or servers[0].transport != upstream.spec.transport:
-                return "this guard relays one HTTP server directly; another URL needs a restart"
-            self.server = servers[0].name
-            upstream.spec = servers[0]
-            upstream.exchange.use_headers(servers[0].headers)
-            return None
-        return "this guard relays one server directly; serving other servers needs a restart"
-
-
-def _http_classes() -> tuple[type[HttpLines], type[SseLines]]:
-    """Imported once a server over HTTP is named: a guard of stdio servers holds no HTTP client (0.3 MB)."""
-    from mcp_loop_guard.proxy.upstream.http_lines import HttpLines  # noqa: PLC0415
-    from mcp_loop_guard.proxy.upstream.sse_lines import SseLines  # noqa: PLC0415
-
-    return HttpLines, SseLines
+        return problem
