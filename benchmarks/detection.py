@@ -25,6 +25,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import signal
 import subprocess
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
@@ -487,4 +488,5 @@ def evaluate(
 
 
 if __name__ == "__main__":
+    signal.signal(signal.SIGPIPE, signal.SIG_DFL)  # `... | head` ends it quietly, as it ends any filter
     raise SystemExit(main())

@@ -58,9 +58,10 @@ def _take_out(part: str) -> None:
 
         AgentLoop._save = _unsaved  # type: ignore[method-assign]
     elif part == "fingerprints":
-        counter = itertools.count()  # distinct keys in their first 16 digits, which the detector keeps
-        detector.call_key = lambda tool, arguments: CallKey(format(next(counter), "016x") * 2)
-        detector.result_key = lambda result: ResultKey(format(next(counter), "016x") * 2)
+        # Distinct keys from their first digit on: the detector's window keeps a result's leading digits only.
+        counter = itertools.count()
+        detector.call_key = lambda tool, arguments: CallKey(format(next(counter), "016x")[::-1] * 2)
+        detector.result_key = lambda result: ResultKey(format(next(counter), "016x")[::-1] * 2)
     elif part == "detector":
 
         def _begin(state: Any, call: detector.Call, policy: Any, session: Any, now: float) -> Any:

@@ -44,7 +44,7 @@ PROCESS: Final[tuple[Setting, ...]] = (
         bool,
         False,
         "Reload the --config file whenever it changes (SIGHUP always reloads it).",
-        more="See [Reloading the config](../README.md#reloading-the-config).",
+        more="See [Reloading the config](operations.md#reloading-the-config).",
     ),
     _budgets(
         "budgets",
@@ -56,7 +56,7 @@ PROCESS: Final[tuple[Setting, ...]] = (
         rule=True,
         parse=parse_budgets,
         more="A config file gives a list of objects (`tools`, `maxCalls`, `perSeconds`); per server, over the "
-        "server's own tool names, on top of the global ones. See [Budgets](../README.md#budgets).",
+        "server's own tool names, on top of the global ones. See [Budgets](deciding.md#budgets).",
     ),
     _events(
         "event_log",
@@ -66,7 +66,7 @@ PROCESS: Final[tuple[Setting, ...]] = (
         values="a file path",
         unset="none",
         check=check_text,
-        more="See [Event log and replay](../README.md#event-log-and-replay).",
+        more="See [Event log and replay](operations.md#event-log-and-replay).",
     ),
     _state(
         "state",
@@ -77,7 +77,7 @@ PROCESS: Final[tuple[Setting, ...]] = (
         values="memory, sqlite, sqlite:///path/to/file, redis://host:port/db or rediss://...",
         check=check_state,
         more="Redis needs `pip install 'mcp-loop-guard[redis]'` (without it: exit 2, naming it). See [State "
-        "across restarts](../README.md#state-across-restarts).",
+        "across restarts](state.md).",
     ),
     _state(
         "state_timeout_seconds",

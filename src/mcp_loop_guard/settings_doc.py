@@ -32,7 +32,7 @@ Where a setting may be set:
 - **per server**: a key of a server's own `loopGuard` section in the config file.
 - **per tool**: a key of a pattern's section under `tools`: a server's (patterns over its own
   tool names) or the top-level `loopGuard.tools` (patterns over the names the client sees). See
-  [Per-server and per-tool rules](../README.md#per-server-and-per-tool-rules).
+  [Per-server and per-tool rules](deciding.md#per-server-and-per-tool-rules).
 
 A value that cannot be used stops the guard at start with one message naming the variable, flag
 or file key, the value and what is accepted; a key set where it may not be says where it may. A

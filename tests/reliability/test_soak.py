@@ -4,11 +4,13 @@ with its resident memory and open file descriptors measured at the start and the
 The long run (100,000 calls) is marked ``soak`` and runs on demand (``pytest -m soak``);
 a short run (2,000 calls) is part of the ordinary suite.
 
-Each cycle is 20 calls: a loop of 6 identical calls (passed, passed, warned, warned,
-refused, refused), 5 polls of a tool whose result changes (never judged a loop), a
-parallel batch of 8 different calls, and one call returning an image. Refusals never
-reach the upstream, so it sees 18 calls per cycle. The abort threshold is raised so that
-the refusals, which would otherwise end the session, can repeat for the whole run.
+Each cycle is 20 calls: a loop of 6 identical calls (passed, passed, warned, warned, refused,
+refused; a call of its own in each cycle, since a loop that comes back after other work is
+refused sooner, as ``tests/unit/test_recurring.py`` shows), 5 polls of a tool whose result
+changes (never judged a loop), a parallel batch of 8 different calls, and one call returning an
+image. Refusals never reach the upstream, so it sees 18 calls per cycle. The abort threshold is
+raised so that the refusals, which would otherwise end the session, can repeat for the whole
+run.
 
 Memory is measured after a warm-up (10% of the cycles), when caches, allocator arenas and
 the detector's bounded state have reached their working size, and again at the end.
@@ -72,7 +74,7 @@ def _action(answer: dict[str, Any]) -> str | None:
 
 async def _cycle(guard: RawGuard, number: int) -> None:
     """One cycle of 20 calls; checks every answer."""
-    loop = [_action(await guard.call_tool("constant", {})) for _ in LOOP]
+    loop = [_action(await guard.call_tool("echo", {"text": f"loop {number}"})) for _ in LOOP]
     assert loop == LOOP, (number, loop)
     polls = [await guard.call_tool("ticker", {}) for _ in range(5)]
     assert [_action(answer) for answer in polls] == [None] * 5, (number, polls)

@@ -19,7 +19,7 @@ from mcp_loop_guard.core.budget import Budget
 from mcp_loop_guard.core.detector import Call, Outcome, abandon, begin, finish, take_over
 from mcp_loop_guard.core.model import Mode
 from mcp_loop_guard.core.policy import Policy
-from mcp_loop_guard.core.state import MAX_BATCHES, MAX_EFFECTS, MAX_MEMBERS, State, StateFormatError
+from mcp_loop_guard.core.state import FORMAT, MAX_BATCHES, MAX_EFFECTS, MAX_MEMBERS, State, StateFormatError
 from mcp_loop_guard.store.base import KeyInfo, read_state
 
 JSON_LEAVES = (
@@ -152,7 +152,12 @@ WILD_BATCH = st.tuples(
 WILD_STATES = st.fixed_dictionaries(
     {"v": st.just(1), "h": st.lists(WILD_ENTRY, max_size=8), "r": st.lists(WILD_COUNT, max_size=8)},
     optional={
-        "e": st.tuples(st.sampled_from(["t", "u"]), KEYS, WILD_COUNT).map(list),
+        "e": st.one_of(
+            st.tuples(st.sampled_from(["t", "u"]), KEYS, WILD_COUNT).map(list),
+            st.lists(
+                st.tuples(st.sampled_from(["t", "u"]), KEYS, WILD_COUNT, WILD_COUNT).map(list), min_size=1, max_size=3
+            ),
+        ),
         "s": st.tuples(st.sampled_from(["t", "u"]), KEYS, WILD_COUNT, KEYS, WILD_COUNT).map(list),
         "x": st.dictionaries(KEYS, st.tuples(st.sampled_from(["t", "u"]), WILD_COUNT).map(list), max_size=MAX_EFFECTS),
         "g": WILD_SECONDS,
@@ -193,3 +198,10 @@ def test_a_state_that_reads_back_goes_through_the_detector(  # noqa: PLR0917 - o
         abandon(state, ticket, policy, now)
     KeyInfo("k", state, 0.0).summary()
     assert State.from_wire(state.wire()) == state, "a state the detector moved on reads back"
+
+
+def test_an_error_count_of_an_earlier_version_reads_back_as_a_run() -> None:
+    """Three fields ([tool, error, count]) were all a record held: the count was a run of failures in a row."""
+    state = State.from_wire({"v": FORMAT, "h": [], "r": [0], "e": [["sql", "k" * 16, 4]]})
+    assert [(e.count, e.run) for e in state.errors] == [(4, 4)]
+    assert State.from_wire(state.wire()) == state

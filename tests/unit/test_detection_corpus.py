@@ -48,9 +48,15 @@ def test_no_productive_trace_is_refused_or_aborted(defaults: list[Outcome]) -> N
     assert [o.refused for o in judged if o.name == "migration-long-plateau.jsonl"] == [False]
 
 
-FLAGGED_AS_WRITTEN = {"read-empty-init-files.jsonl", "deploy-rollout-plateau.jsonl", "deploy-announced-twice.jsonl"}
+FLAGGED_AS_WRITTEN = {
+    "read-empty-init-files.jsonl",
+    "deploy-rollout-plateau.jsonl",
+    "deploy-announced-twice.jsonl",
+    "import-error-three-runs.jsonl",
+}
 """Productive traces the rules as written warn (tests/corpus/README.md): polls that wait only by the clock and
-see the same answer three times, and six empty files read in a row."""
+see the same answer three times, six empty files read in a row, and a test run failing the same way a third
+time after two edits (warned, as the same answer after new edits is; never refused)."""
 
 
 def test_only_the_productive_traces_the_rules_are_known_to_flag_are_warned(defaults: list[Outcome]) -> None:
@@ -78,14 +84,14 @@ def at_every_speed() -> list[Judged]:
 
 def test_real_runs_at_every_speed_keep_the_published_figures(at_every_speed: list[Judged]) -> None:
     """On runs of agents nobody here wrote, at any pace: no productive run refused, wrong advice on at most
-    3%, nine loops due a refusal of ten refused in time, three short loops of four warned."""
+    3%, 11 of 12 (92%) of the loops due a refusal refused in time, 85% of the short loops warned in time."""
     figures = tally(o for o in at_every_speed if o.case.corpus == "real")
     assert {spacing for _, spacing in figures} == set(SPACINGS)
     for (_, spacing), counted in figures.items():
         assert counted.productive_refused == 0, spacing
         assert counted.wrong_advice <= 0.03 * counted.productive, spacing
-        assert counted.refused_in_time >= 0.9 * counted.due, spacing
-        assert counted.warned_in_time >= 0.74 * counted.short, spacing
+        assert counted.refused_in_time * 12 >= 11 * counted.due, spacing
+        assert counted.warned_in_time >= 0.85 * counted.short, spacing
 
 
 def test_hard_loops_are_refused_and_waiting_is_never_refused_at_any_speed(at_every_speed: list[Judged]) -> None:

@@ -11,16 +11,7 @@ from hypothesis import strategies as st
 
 from mcp_loop_guard.core import Action, Family, LoopDetector, Mode, Policy, ScrubRules, State, StateFormatError, Verdict
 from mcp_loop_guard.core.detector import MARK_TTL_SECONDS, take_over
-
-ALLOW, WARN, BLOCK, ABORT = Action.ALLOW, Action.WARN, Action.BLOCK, Action.ABORT
-
-
-def text(value: str, *, error: bool = False) -> dict[str, Any]:
-    """A tools/call result in wire form with one text item."""
-    result: dict[str, Any] = {"content": [{"type": "text", "text": value}]}
-    if error:
-        result["isError"] = True
-    return result
+from tests.unit.timed import ABORT, ALLOW, BLOCK, WARN, text
 
 
 class Agent:

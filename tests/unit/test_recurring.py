@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from mcp_loop_guard.core import Family, Policy
+from mcp_loop_guard.core import Family, Policy, Verdict
 from mcp_loop_guard.core.detector import outcome_of
 from tests.unit.timed import ALLOW, BLOCK, WARN, Timed, actions, first, text
 
@@ -43,7 +43,19 @@ def test_a_new_write_between_lets_the_repeat_run_again() -> None:
     for i in range(8):
         agent.call("write_file", {"path": "total.py", "content": f"attempt {i}"}, text("Successfully wrote total.py"))
         verdicts.append(agent.call("run_tests", {}, failing))
+    assert actions(verdicts[:3]) == [ALLOW, ALLOW, WARN]
+    assert verdicts[2].family is Family.RECURRING
     assert BLOCK not in actions(verdicts)
+
+
+def test_the_same_write_done_again_between_others_is_not_warned() -> None:
+    """`mkdir exports` before every new file: a write repeated with its acknowledgment is no loop."""
+    agent = Timed()
+    verdicts = []
+    for i in range(6):
+        verdicts.append(agent.call("create_directory", {"path": "exports"}, text("Created exports")))
+        agent.call("write_file", {"path": f"exports/f{i}.py", "content": str(i)}, text(f"Wrote exports/f{i}.py"))
+    assert set(actions(verdicts)) == {ALLOW}
 
 
 def test_a_wait_between_lets_the_repeat_run_again() -> None:
@@ -108,6 +120,41 @@ def test_the_same_error_between_other_calls_is_warned_but_one_look_elsewhere_ear
     assert agent.call("run", {"cmd": "npm test --once-more"}, denied).action is BLOCK
 
 
+def _alternating_queries(agent: Timed, rounds: int) -> list[Verdict]:
+    """SELECT pet_type (unknown column), SELECT type (unknown column), pet_type again...: two wrong columns in turn."""
+    verdicts = []
+    for i in range(rounds):
+        column = "type" if i % 3 == 2 else "pet_type"
+        failed = text(f"Error executing query: Unknown column '{column}' in 'field list'", error=True)
+        query = " ".join(("SELECT", column, "AVG(weight) FROM pets --", str(i)))
+        verdicts.append(agent.call("sql", {"query": query}, failed))
+    return verdicts
+
+
+def test_the_same_error_through_another_failure_of_the_tool_still_counts_to_a_refusal() -> None:
+    """A tool failing A, A, B, A, A, B...: the other failure ends A's run but not its count; A's 8th is refused."""
+    verdicts = _alternating_queries(Timed(), 12)
+    # A at calls 1, 2, 4, 5, 7, 8, 10, 11: the 8th A (call 11) is refused, never called 3 times in a row.
+    assert first(verdicts, BLOCK) == 11
+    assert verdicts[10].family is Family.SAME_ERROR
+
+
+def test_the_same_error_through_other_failures_is_warned_before_its_refusal() -> None:
+    """Never three in a row, so the warning comes two failures before the refusal: none comes unwarned."""
+    verdicts = _alternating_queries(Timed(), 11)
+    assert actions(verdicts[:7]) == [ALLOW] * 7
+    assert verdicts[7].action is WARN  # the 6th A
+    assert verdicts[7].family is Family.SAME_ERROR
+
+
+def test_a_tool_failing_another_way_and_then_working_starts_every_count_over() -> None:
+    """A, B, then a success: the tool works, no error of it is counted any more."""
+    agent = Timed()
+    _alternating_queries(agent, 7)
+    agent.call("sql", {"query": "SELECT species, AVG(weight) FROM pets GROUP BY species"}, text("dog | 12.5"))
+    assert set(actions(_alternating_queries(agent, 5))) == {ALLOW}
+
+
 def test_a_text_that_says_it_failed_is_a_failure() -> None:
     """`Error: ...` from a server that sets no isError is judged as an error."""
     assert outcome_of(text("Error: flight HAT030 not available"), Policy()).error
@@ -115,6 +162,48 @@ def test_a_text_that_says_it_failed_is_a_failure() -> None:
     assert outcome_of(text("Traceback (most recent call last):\n  File ..."), Policy()).error
     assert not outcome_of(text("Error handling in Python uses try/except."), Policy()).error
     assert not outcome_of(text("Errors: 0, warnings: 2"), Policy()).error
+
+
+def test_a_shell_reporting_a_failure_is_a_failure() -> None:
+    """bash's own complaint (`/bin/bash: line 1: x: command not found`) fails the call, whatever the exit
+    status the server reported."""
+    assert outcome_of(text("/bin/bash: line 1: weekly: command not found\n"), Policy()).error
+    assert outcome_of(text("bash: -c: line 2: syntax error: unexpected end of file"), Policy()).error
+    assert not outcome_of(text("bash is the shell; line 1 of the script reads the config"), Policy()).error
+
+
+def test_the_same_error_lines_in_another_order_are_the_same_error() -> None:
+    """A shell listing the same three failures in another order each run fails the same way."""
+    policy = Policy()
+    lines = [f"/bin/bash: line 1: {word}: command not found" for word in ("daily", "weekly", "yearly")]
+    one = outcome_of(text("\n".join(lines)), policy)
+    two = outcome_of(text("\n".join(reversed(lines))), policy)
+    fewer = outcome_of(text("\n".join(lines[:2])), policy)
+    assert one.key == two.key
+    assert one.key != fewer.key
+
+
+def test_an_empty_answer_of_a_failing_tool_does_not_clear_its_error_count() -> None:
+    """`cmd1 || true` fails, `true` answers nothing, `cmd1 || :` fails...: the nothing shows no fix."""
+    agent = Timed()
+    missing = text("/bin/bash: line 1: command1: command not found")
+    verdicts = []
+    for i in range(3):
+        verdicts.append(agent.call("bash", {"command": f"command1 || true # {i}"}, missing))
+        agent.call("bash", {"command": f"true; true # {i}"}, text(""))
+    assert verdicts[2].action is WARN
+    assert verdicts[2].family is Family.SAME_ERROR
+
+
+def test_a_failing_tool_that_answers_something_starts_its_error_count_over() -> None:
+    """A success with content between the failures: the tool works, the count starts over."""
+    agent = Timed()
+    missing = text("/bin/bash: line 1: command1: command not found")
+    verdicts = []
+    for i in range(3):
+        verdicts.append(agent.call("bash", {"command": f"command1 || true # {i}"}, missing))
+        agent.call("bash", {"command": f"echo command{i}"}, text(f"command{i}"))
+    assert set(actions(verdicts)) == {ALLOW}
 
 
 def test_an_error_echoing_a_variant_or_an_id_is_the_same_error() -> None:
@@ -152,6 +241,50 @@ def test_different_reads_answered_alike_still_earn_the_same_result_warning() -> 
     verdicts = [agent.call("search_issues", {"q": f"crash on login v{i}"}, text("No results")) for i in range(5)]
     assert verdicts[3].action is WARN
     assert verdicts[3].family is Family.SAME_RESULT
+
+
+def test_one_answer_to_reworded_queries_with_other_calls_between_is_warned() -> None:
+    """The same rows for `!=`, `NOT LIKE`, `<>`, a failing query, then `!=` again: warned at the 4th answer
+    among the recent calls, for three different queries."""
+    agent = Timed()
+    rows = text("[('Liliane Bettencourt',), ('Christy Walton',)]")
+    queries = ["x != 'French'", "x NOT LIKE 'French'", "x <> 'French'"]
+    verdicts = [agent.call("sql", {"query": f"SELECT name WHERE {q}"}, rows) for q in queries]
+    agent.call("sql", {"query": "SELECT name FROM singers"}, text("Error: no table singers", error=True))
+    verdicts.append(agent.call("sql", {"query": f"SELECT name WHERE {queries[0]}"}, rows))
+    assert actions(verdicts) == [ALLOW, ALLOW, ALLOW, WARN]
+    assert verdicts[3].family is Family.SAME_RESULT
+
+
+def test_one_answer_between_new_findings_is_not_warned() -> None:
+    """Back to the same results page between new products: every return follows something new."""
+    agent = Timed()
+    page = text("results: A, B, C, D")
+    verdicts = []
+    for i in range(6):
+        verdicts.append(agent.call("search", {"q": f"lamp {i % 3}"}, page))
+        agent.call("open", {"item": i}, text(f"product {i}: a lamp, {10 + i} dollars"))
+    assert set(actions(verdicts)) == {ALLOW}
+
+
+def test_a_call_asked_again_right_after_itself_counts_its_answers_before_the_news() -> None:
+    """count (4), a new listing, count (4), count (4): warned at the third count, the news between
+    notwithstanding, as the agent no longer browses but repeats itself."""
+    agent = Timed()
+    count = ("bash", {"command": "find . -name '*.py' | sort | uniq -c | wc -l"}, text("4"))
+    verdicts = [agent.call(*count)]
+    agent.call("bash", {"command": "find . -name '*.py' | sort | uniq -c"}, text("1 a.py\n1 b.py\n1 c.py\n1 d.py"))
+    verdicts += [agent.call(*count), agent.call(*count)]
+    assert actions(verdicts) == [ALLOW, ALLOW, WARN]
+    assert verdicts[2].family is Family.RECURRING
+
+
+def test_an_empty_structured_answer_says_nothing() -> None:
+    """`{"content": ""}` beside an empty text tells nothing; `{"count": 0}` tells something."""
+    empty = {"content": [{"type": "text", "text": ""}], "structuredContent": {"content": ""}}
+    counted = {"content": [{"type": "text", "text": ""}], "structuredContent": {"count": 0}}
+    assert outcome_of(empty, Policy()).says_nothing
+    assert not outcome_of(counted, Policy()).says_nothing
 
 
 def test_annotations_win_over_the_name() -> None:

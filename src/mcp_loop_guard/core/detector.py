@@ -139,7 +139,8 @@ def outcome_of(result: Mapping[str, Any], policy: Policy) -> Outcome:
 _ERROR_TEXT = re.compile(
     r"\s*\[?\s*(?:error|exception|fatal|failed|failure)\s*[:!\]]|\s*traceback \(most recent call last\)"
     r"|\s*(?:invalid|unknown|unrecognized|unsupported)\s+(?:action|command|input|argument|parameter|option|request"
-    r"|tool|query|syntax)\b",
+    r"|tool|query|syntax)\b"
+    r"|\s*(?:/[\w/.-]*/)?(?:ba|da|z)?sh: (?:-c: )?line \d+: ",
     re.I,
 )
 """A text result that says it failed (``Error: ...``) from a server that does not set ``isError``."""
@@ -164,13 +165,22 @@ _NOTHING = re.compile(
 
 def _says_nothing(result: Mapping[str, Any]) -> bool:
     content = result.get("content")
-    if result.get("structuredContent") or not isinstance(content, list) or len(content) > 1:
+    if _holds_something(result.get("structuredContent")) or not isinstance(content, list) or len(content) > 1:
         return False
     if not content:
         return True
     item = content[0]
     text = item.get("text") if isinstance(item, Mapping) and item.get("type") == "text" else None
     return isinstance(text, str) and len(text) <= 1000 and _NOTHING.fullmatch(text) is not None
+
+
+def _holds_something(value: object) -> bool:
+    """Structured content with a value in it (``{"content": ""}`` beside an empty text holds nothing)."""
+    if isinstance(value, Mapping):
+        return any(_holds_something(item) for item in value.values())
+    if isinstance(value, list):
+        return bool(value)
+    return value not in (None, "")
 
 
 def _loose_error(result: Mapping[str, Any]) -> Mapping[str, Any]:
@@ -192,7 +202,8 @@ def _loose_item(item: object) -> object:
 def _loose_error_text(text: str) -> str:
     """An error text as compared: spaces collapsed, volatile values and numbers (a process id, a line, a
     count) left out, so that the same failure reads the same."""
-    return _NUMBERS.sub("#", loose_text(text))
+    lines = sorted(_NUMBERS.sub("#", loose_text(line)) for line in text.splitlines())
+    return "\n".join(line for line in lines if line)  # the same lines in another order: the same failure
 
 
 _NUMBERS = re.compile(r"\d+")

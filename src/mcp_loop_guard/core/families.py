@@ -12,8 +12,8 @@ from typing import Final
 from mcp_loop_guard.core import wording
 from mcp_loop_guard.core.model import Action, Call, Family
 from mcp_loop_guard.core.policy import Policy
-from mcp_loop_guard.core.sequence import cycle_count, failure_of, is_cycle, recurrences
-from mcp_loop_guard.core.state import MAX_EFFECTS, Entry, State
+from mcp_loop_guard.core.sequence import cycle_count, echoes, failure_of, is_cycle, recurrences
+from mcp_loop_guard.core.state import MAX_EFFECTS, Entry, ErrorStreak, State
 
 __all__ = [
     "Found",
@@ -94,6 +94,13 @@ def _failing(state: State, call: Call, policy: Policy) -> Found | None:
     return None
 
 
+def _error_warns(error: ErrorStreak, policy: Policy) -> bool:
+    """The same error in a row earns a warning at the warn threshold; coming back through the tool's other
+    failures (it never worked between), two calls before its refusal, so that none comes unwarned."""
+    through = max(policy.same_error_warn_threshold, policy.same_error_block_threshold - 2)
+    return error.run >= policy.same_error_warn_threshold or error.count >= through
+
+
 def sequential_warning(state: State, entry: Entry, policy: Policy) -> tuple[int, Owed | None]:
     """(streak, warning or None) for the call whose result was just folded in."""
     runs = state.runs
@@ -110,18 +117,23 @@ def sequential_warning(state: State, entry: Entry, policy: Policy) -> tuple[int,
     warned = _pattern_warning(family, entry.tool, best_count, policy.warn_threshold, policy.block_threshold, cycle)
     if warned is not None:
         return best_count, warned
-    if policy.recurring_warn and not entry.held:
-        seen = recurrences(state, entry.call)[0]
+    if policy.recurring_warn and not entry.held and not (entry.acts and not entry.error):  # a write redone: no news
+        seen = recurrences(state, entry.call, through_writes=True)[0]
         warned = _pattern_warning(Family.RECURRING, entry.tool, seen, policy.recurring_warn, policy.recurring_block)
         if warned is not None and seen > best_count:
             return best_count, warned
+    if policy.same_result_warn_threshold and not (entry.error or entry.acts or entry.says_nothing or entry.held):
+        answers, calls = echoes(state, entry.result)
+        if calls > 2 and answers >= policy.same_result_warn_threshold and answers > best_count:
+            text = wording.warning(Family.SAME_RESULT, entry.tool, answers, policy.same_result_block_threshold)
+            return best_count, (Family.SAME_RESULT, answers, Action.WARN, text)
     error = failure_of(state, entry.tool, entry.result) if entry.error else None
     if (
         entry.error
         and error is not None
         and policy.same_error_warn_threshold
         and not policy.ignore_errors
-        and error.count >= policy.same_error_warn_threshold
+        and _error_warns(error, policy)
         and error.count > best_count
     ):
         text = wording.warning(Family.SAME_ERROR, entry.tool, error.count, policy.same_error_block_threshold)

@@ -15,6 +15,7 @@ holds an SQL statement changing data or schema.
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Mapping
 from functools import lru_cache
@@ -70,6 +71,7 @@ _SHORT: Final = 512
 
 
 @lru_cache(maxsize=1024)
+@functools.lru_cache(maxsize=1024)  # tool names are few and asked about on every call
 def name_words(tool: str) -> frozenset[str]:
     """The lower-case words of a tool name: ``wait_for_job``, ``sendEmail``, ``git__push``."""
     return frozenset(word.lower() for word in _WORD.findall(tool))

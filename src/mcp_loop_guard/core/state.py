@@ -93,6 +93,8 @@ class ErrorStreak:
     tool: str
     result: str
     count: int
+    run: int
+    """Of them, those since the tool last failed another way."""
 
 
 @dataclass(slots=True)
@@ -217,7 +219,7 @@ class State:
         """The state as plain JSON values (what :meth:`dumps` encodes)."""
         wire: dict[str, Any] = {"v": FORMAT, "h": [_entry(e) for e in self.history], "r": self.runs}
         if self.errors:
-            wire["e"] = [[e.tool, e.result, e.count] for e in self.errors]
+            wire["e"] = [[e.tool, e.result, e.count, e.run] for e in self.errors]
         if self.same is not None:
             s = self.same
             wire["s"] = [s.tool, s.result, s.count, s.last_call, s.distinct]
@@ -391,7 +393,9 @@ def _read_errors(value: object) -> list[ErrorStreak]:
 
 def _read_error(value: object) -> ErrorStreak:
     item = _list(value, "e", MAX_FIELDS, 3)
-    return ErrorStreak(_text(item[0], "e"), _text(item[1], "e"), _count(item[2], "e"))
+    count = _count(item[2], "e")
+    run = min(_count(item[3], "e"), count) if len(item) > 3 else count  # an earlier version kept runs only
+    return ErrorStreak(_text(item[0], "e"), _text(item[1], "e"), count, run)
 
 
 def _read_same(value: object) -> SameResult:

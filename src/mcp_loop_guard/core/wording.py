@@ -53,9 +53,9 @@ def warning(family: Family, tool: str, count: int, block: int, cycle: Sequence[s
         )
     if family is Family.SAME_RESULT:
         return (
-            f"Loop guard warning: `{tool}` has returned the same result {count} times in a row for different "
-            f"arguments. Varying the arguments is not changing the outcome: try another tool or source, or "
-            f"conclude with what you have.{_when(count, block, 'call to this tool', 'calls to this tool')}"
+            f"Loop guard warning: `{tool}` has returned the same result {count} times among its recent calls, "
+            f"for different arguments. Varying the arguments is not changing the outcome: try another tool or "
+            f"source, or conclude with what you have.{_when(count, block, 'call to this tool', 'calls to this tool')}"
         )
     if family is Family.BURST:
         return (
