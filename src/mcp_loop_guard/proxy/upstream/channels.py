@@ -43,19 +43,22 @@ def opener(
     first: ChildProcess | None = None,
     member: MemberOpener | None = None,
     catalog: Catalog | None = None,
+    usable: Callable[[str], bool] | None = None,
 ) -> Opener:
     """How the relay of one client reaches ``servers``: one's channel, or a router of several.
 
     ``first``: the one stdio server's child, started before the event loop. ``member``: how
     a router makes each member (by default a channel of its own, like one server's);
-    ``catalog``: the router's names (its owners shared guard-wide by an HTTP guard).
+    ``catalog``: the router's names (its owners shared guard-wide by an HTTP guard);
+    ``usable(name)``: whether a member is worth asking now (its health probe's word).
     """
     if len(servers) == 1:
         return partial(channel, servers[0], limits=limits, first=first)
     make = member or partial(channel, limits=limits, lenient=True)
 
     def router(receiver: Receiver) -> Channel:
-        return Router(servers, receiver, make, catalog=catalog or Catalog(), call_timeout=limits.call_timeout)
+        catalog_ = catalog or Catalog()
+        return Router(servers, receiver, make, catalog=catalog_, call_timeout=limits.call_timeout, usable=usable)
 
     return router
 

@@ -25,7 +25,7 @@ from __future__ import annotations
 import itertools
 import logging
 import secrets
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from mcp_loop_guard.config import ServerSpec
@@ -74,9 +74,10 @@ class Router(Members):
         *,
         catalog: Catalog,
         call_timeout: float | None = None,
+        usable: Callable[[str], bool] | None = None,
     ) -> None:
-        """Members made by ``opener``; ``catalog`` keeps the merged names (its owners may be shared guard-wide)."""
-        super().__init__(specs, receiver, opener, catalog=catalog, call_timeout=call_timeout)
+        """Members made by ``opener``; ``catalog`` keeps the merged names; ``usable``: see :class:`.Members`."""
+        super().__init__(specs, receiver, opener, catalog=catalog, call_timeout=call_timeout, usable=usable)
         self._routed: dict[RequestId, tuple[str, str]] = {}
         """The client's requests routed to one member: id -> (member, method)."""
         self._tasks: dict[str, str] = {}
@@ -171,10 +172,7 @@ class Router(Members):
 
     async def _named(self, names: Names, method: str, params: Mapping[str, Any]) -> tuple[str, str]:
         name = str(params.get("name"))
-        route = names.routes.get(name)
-        if route is None and any(member not in names.listed for member in self.members):
-            await self.catalog.merged(method, self._serving(), self._ask, envelope(params.get("_meta")))
-            route = names.routes.get(name)
+        route = await self._where(names, method, name, params.get("_meta"))
         if route is None:
             raise _Unroutable(wire.INVALID_PARAMS, replies.unknown(method.split("/", maxsplit=1)[0].rstrip("s"), name))
         return route
@@ -287,8 +285,12 @@ class Router(Members):
             await self.receiver.upstream_failed(ident, reason)
 
     async def restarted(self, name: str) -> None:
-        """A member serves again (a restarted child): its lists are read again, and the client is told."""
+        """A member serves again (a restarted child, or one down at the handshake): its lists are read again.
+
+        The client is told they changed.
+        """
         self.restarts += 1
+        await self._join(name)
         self.catalog.forget(name)
         await self._changed()
 

@@ -16,6 +16,7 @@ import anyio.abc
 
 from mcp_loop_guard.config import ServerSpec
 from mcp_loop_guard.core import replies
+from mcp_loop_guard.proxy.upstream.catalog import Names
 from mcp_loop_guard.proxy.upstream.channel import Channel, Item, Receiver, UpstreamDownError
 from mcp_loop_guard.proxy.upstream.router_asks import Asks, Listens, stamped
 from mcp_loop_guard.proxy.upstream.router_lists import (
@@ -73,9 +74,15 @@ class Members:
         *,
         catalog: Catalog,
         call_timeout: float | None = None,
+        usable: Callable[[str], bool] | None = None,
     ) -> None:
-        """Members made by ``opener``; ``catalog`` keeps the merged names (its owners may be shared guard-wide)."""
+        """Members made by ``opener``; ``catalog`` keeps the merged names (its owners may be shared guard-wide).
+
+        ``usable(name)``: whether a member is worth asking now (its health probe's word); a
+        member that is not is left out of the handshake and the lists until it serves again.
+        """
         self.receiver = receiver
+        self.usable = usable or _always
         self.opener = opener
         self.catalog = catalog
         self.call_timeout = call_timeout
@@ -148,10 +155,22 @@ class Members:
 
     async def route(self, tool: str, meta: object = None) -> tuple[str, str] | None:
         """(server, its own name) of a tool the client called; None when no member listed it (listed now if needed)."""
-        found = self.catalog.tools.routes.get(tool)
-        if found is None and any(name not in self.catalog.tools.listed for name in self.members):
-            await self.catalog.merged("tools/list", self._serving(), self._ask, envelope(meta))
-            found = self.catalog.tools.routes.get(tool)
+        return await self._where(self.catalog.tools, "tools/list", tool, meta)
+
+    async def _where(self, names: Names, method: str, name: str, meta: object) -> tuple[str, str] | None:
+        """Where a listed name goes (its list read now if it may be missing), None when nowhere.
+
+        A name of a server that is down now keeps the owner it had: its call gets why the
+        server is down, not "unknown", and still reaches nothing.
+        """
+        found = names.routes.get(name)
+        if found is None and any(member not in names.listed for member in self.members):
+            await self.catalog.merged(method, self._serving(), self._ask, envelope(meta))
+            found = names.routes.get(name)
+        owner = self.catalog.owners.get(name) if found is None else None
+        member = self.members.get(owner[0]) if owner is not None else None
+        if member is not None and owner is not None and (member.down_reason() or not self.usable(owner[0])):
+            return owner
         return found
 
     async def _tell(self, name: str, message: Message) -> None:
@@ -173,6 +192,7 @@ class Members:
             for member in self.members.values():
                 member.initialize = message.body
         answers: dict[str, dict[str, Any]] = {}
+        names = [name for name in self.members if self.usable(name)] or list(self.members)
 
         async def ask(name: str) -> None:
             answer = await self._ask(name, method, params or None)
@@ -183,7 +203,7 @@ class Members:
                 logger.warning("upstream %r did not answer %s: %s", name, method, (answer or {}).get("error"))
 
         async with anyio.create_task_group() as tg:
-            for name in list(self.members):
+            for name in names:
                 tg.start_soon(ask, name)
         self.identity.update(answers)
         self._opened = True
@@ -226,6 +246,8 @@ class Members:
         """Each member and its capabilities (None while unknown: it is asked for every list)."""
         found: dict[str, Mapping[str, Any] | None] = {}
         for name in self.members:
+            if not self.usable(name):
+                continue
             identity = self.identity.get(name)
             capabilities = identity.get("capabilities") if identity is not None else None
             found[name] = capabilities if isinstance(capabilities, dict) else None
@@ -272,14 +294,19 @@ class Members:
             member = self.members[spec.name] = self.opener(spec, _Member(self, spec.name))
             member.initialize, member.initialized = self.initialize, self.initialized
             await self._start(spec.name)
-            if self.initialize is not None:
-                answer = await self._ask(spec.name, "initialize", self.initialize.get("params"))
-                if isinstance((answer or {}).get("result"), dict):
-                    self.identity[spec.name] = answer["result"]  # type: ignore[index]
-                    if self.initialized is not None:
-                        await self._tell(spec.name, Message({"jsonrpc": "2.0", "method": "notifications/initialized"}))
+            await self._join(spec.name)
         await self._changed()
         return None
+
+    async def _join(self, name: str) -> None:
+        """The client's handshake to one member that has not had it (added by a reload, or down until now)."""
+        if self.initialize is None or name in self.identity:
+            return
+        answer = await self._ask(name, "initialize", self.initialize.get("params"))
+        if isinstance((answer or {}).get("result"), dict):
+            self.identity[name] = answer["result"]  # type: ignore[index]
+            if self.initialized is not None:
+                await self._tell(name, Message({"jsonrpc": "2.0", "method": "notifications/initialized"}))
 
     def capabilities(self) -> dict[str, Any]:
         """The members' capabilities, merged (what a client of the router is told)."""
@@ -300,6 +327,11 @@ class Members:
     async def restarted(self, name: str) -> None:
         """A member serves again."""
         raise NotImplementedError
+
+
+def _always(name: str) -> bool:
+    """Every member is asked (no probe says otherwise)."""
+    return True
 
 
 def envelope(meta: object) -> dict[str, Any] | None:
