@@ -170,6 +170,26 @@ class Router(Members):
             return await self._owner(str(ref.get("uri", "")), params)
         return None
 
+    async def route(self, tool: str, meta: object = None) -> tuple[str, str] | None:
+        """(server, its own name) of a tool the client called; None when no member listed it (listed now if needed)."""
+        return await self._where(self.catalog.tools, "tools/list", tool, meta)
+
+    async def _where(self, names: Names, method: str, name: str, meta: object) -> tuple[str, str] | None:
+        """Where a listed name goes (its list read now if it may be missing), None when nowhere.
+
+        A name of a server that is down now keeps the owner it had: its call gets why the
+        server is down, not "unknown", and still reaches nothing.
+        """
+        found = names.routes.get(name)
+        if found is None and any(member not in names.listed for member in self.members):
+            await self.catalog.merged(method, self._serving(), self._ask, envelope(meta))
+            found = names.routes.get(name)
+        owner = self.catalog.owners.get(name) if found is None else None
+        member = self.members.get(owner[0]) if owner is not None else None
+        if member is not None and owner is not None and (member.down_reason() or not self.usable(owner[0])):
+            return owner
+        return found
+
     async def _named(self, names: Names, method: str, params: Mapping[str, Any]) -> tuple[str, str]:
         name = str(params.get("name"))
         route = await self._where(names, method, name, params.get("_meta"))

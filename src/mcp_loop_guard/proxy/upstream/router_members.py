@@ -16,7 +16,6 @@ import anyio.abc
 
 from mcp_loop_guard.config import ServerSpec
 from mcp_loop_guard.core import replies
-from mcp_loop_guard.proxy.upstream.catalog import Names
 from mcp_loop_guard.proxy.upstream.channel import Channel, Item, Receiver, UpstreamDownError
 from mcp_loop_guard.proxy.upstream.router_asks import Asks, Listens, stamped
 from mcp_loop_guard.proxy.upstream.router_lists import (
@@ -152,26 +151,6 @@ class Members:
         meta = params.get("_meta") if isinstance(params, dict) else None
         result = await self.catalog.merged(method, self._serving(), self._ask, meta)
         return {"jsonrpc": "2.0", "id": None, "result": result}
-
-    async def route(self, tool: str, meta: object = None) -> tuple[str, str] | None:
-        """(server, its own name) of a tool the client called; None when no member listed it (listed now if needed)."""
-        return await self._where(self.catalog.tools, "tools/list", tool, meta)
-
-    async def _where(self, names: Names, method: str, name: str, meta: object) -> tuple[str, str] | None:
-        """Where a listed name goes (its list read now if it may be missing), None when nowhere.
-
-        A name of a server that is down now keeps the owner it had: its call gets why the
-        server is down, not "unknown", and still reaches nothing.
-        """
-        found = names.routes.get(name)
-        if found is None and any(member not in names.listed for member in self.members):
-            await self.catalog.merged(method, self._serving(), self._ask, envelope(meta))
-            found = names.routes.get(name)
-        owner = self.catalog.owners.get(name) if found is None else None
-        member = self.members.get(owner[0]) if owner is not None else None
-        if member is not None and owner is not None and (member.down_reason() or not self.usable(owner[0])):
-            return owner
-        return found
 
     async def _tell(self, name: str, message: Message) -> None:
         """A notification to one member; one that cannot take it misses it (nobody waits for it)."""
