@@ -3,8 +3,8 @@
 A change of a few percent in the guard's per-call work is lost in timings (runs of the same
 code move by about 0.05x on a shared machine); an instruction count does not move. The loop
 here does in one process, without the event loop, what the stdio relay does with a judged
-call: parse the request, ``begin_call`` (the call's fingerprint, the detector's begin), parse
-the answer, ``finish_call`` (the result's fingerprint, the detector's finish, the durable
+call: parse the request, ``lifecycle.begin`` (the call's fingerprint, the detector's begin), parse
+the answer, ``Call.answered`` (the result's fingerprint, the detector's finish, the durable
 write of the agent's state to the default SQLite store's live file), write the answer's line.
 Arguments and results differ on every call, so every call is judged and allowed.
 
@@ -85,8 +85,7 @@ async def _loop(calls: int, count_writes: bool) -> dict[str, Any]:
     from mcp_loop_guard.config import stdio_command_config
     from mcp_loop_guard.plan import plan as make_plan
     from mcp_loop_guard.proxy.downstream.agents import judge_for, opened_store, stdio_agent
-    from mcp_loop_guard.proxy.relay.calls import begin_call, finish_call
-    from mcp_loop_guard.proxy.relay.judge import Pending
+    from mcp_loop_guard.proxy.relay.lifecycle import Call, begin
     from mcp_loop_guard.proxy.wire import messages as wire
     from mcp_loop_guard.settings import Settings
 
@@ -116,13 +115,12 @@ async def _loop(calls: int, count_writes: bool) -> dict[str, Any]:
         for request, answer in zip(requests, answers, strict=True):
             message = wire.parse(request)
             assert isinstance(message, wire.Message)
-            params = message.body["params"]
-            pending = await begin_call(judge, spec.name, message, params, None)
-            if not isinstance(pending, Pending):
-                raise NotJudgedError(f"call {message.id} was refused: {pending.verdict}")
+            call = await begin(judge, spec.name, message)
+            if not isinstance(call, Call):
+                raise NotJudgedError(f"call {message.id} was refused: {call.answer.body}")
             reply = wire.parse(answer)
             assert isinstance(reply, wire.Message)
-            await finish_call(judge, pending, reply)
+            await call.answered(reply)
             if reply.line() != answer + b"\n":
                 raise NotJudgedError(f"the answer to call {message.id} was changed (warned?)")
         return {"sequence": [entry.call for entry in agent.state.history], "writes": writes}

@@ -20,7 +20,7 @@ from mcp_loop_guard.proxy.relay import pipe
 
 
 async def _unjudged(*args: Any, **kwargs: Any) -> None:
-    """Stands in for :func:`~mcp_loop_guard.proxy.relay.calls.begin_call`: no ticket, so nothing is judged."""
+    """Stands in for :func:`~mcp_loop_guard.proxy.relay.lifecycle.begin`: no call, so nothing is judged."""
 
 
 async def _no_annotations(self: object, name: str, params: Mapping[str, Any]) -> None:
@@ -28,6 +28,6 @@ async def _no_annotations(self: object, name: str, params: Mapping[str, Any]) ->
 
 
 if __name__ == "__main__":
-    pipe.begin_call = _unjudged  # type: ignore[assignment]
+    pipe.begin = _unjudged  # type: ignore[assignment]
     pipe.ToolList.annotations = _no_annotations  # type: ignore[assignment,method-assign]
     sys.exit(main(sys.argv[1:]))

@@ -1,4 +1,4 @@
-"""Run the guard: the message relay for one stdio server, the SDK-based proxy for the rest."""
+"""Run the guard: over stdio, the message relay; over HTTP, the front the topology table picks."""
 
 from __future__ import annotations
 
@@ -41,14 +41,10 @@ async def serve(plan: Plan, first: ChildProcess | None = None, listeners: Sequen
     """
     _announce(plan)
     with tracing.installed():
-        if plan.settings.transport == "stdio" and plan.single_relayed is not None:
-            from mcp_loop_guard.proxy.downstream.stdio import serve_pipe  # noqa: PLC0415 - the fast path loads alone
+        if plan.settings.transport == "stdio":
+            from mcp_loop_guard.proxy.downstream.stdio import serve_pipe  # noqa: PLC0415 - the stdio relay loads alone
 
             return await serve_pipe(plan, first)
-        if plan.settings.transport == "stdio":
-            from mcp_loop_guard.proxy.downstream.sdk_stdio import serve_sdk_stdio  # noqa: PLC0415
-
-            return await serve_sdk_stdio(plan)
         from mcp_loop_guard.proxy.downstream.http.app import run_http  # noqa: PLC0415 - starlette, uvicorn load here
 
         return await run_http(plan, first, listeners)

@@ -7,7 +7,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from mcp_loop_guard.config import GuardConfig, HttpServer, StdioServer
+from mcp_loop_guard.config import GuardConfig, StdioServer
 from mcp_loop_guard.core.policy import Policy
 from mcp_loop_guard.policies import PolicyTable, Rules, overridden, server_budgets
 from mcp_loop_guard.settings import FileSettings, Settings
@@ -60,15 +60,6 @@ class Plan:
         if len(servers) == 1 and isinstance(servers[0], StdioServer):
             return servers[0]
         return None
-
-    @property
-    def single_relayed(self) -> StdioServer | HttpServer | None:
-        """The one upstream a stdio guard relays message by message: a command, or an HTTP (or legacy SSE) URL.
-
-        Several upstreams under one name go through the SDK's sessions.
-        """
-        servers = self.config.servers
-        return servers[0] if len(servers) == 1 else None
 
 
 def _without_tools(overrides: Mapping[str, Any]) -> Mapping[str, Any]:

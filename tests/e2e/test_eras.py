@@ -39,6 +39,7 @@ from tests.harness import (
     verdict,
     wiretap_command,
 )
+from tests.http_harness import write_config
 
 pytestmark = [pytest.mark.e2e, pytest.mark.anyio]
 both_modes = pytest.mark.parametrize("mode", ["direct", "guarded"])
@@ -293,3 +294,35 @@ async def test_listen_stream_outlives_the_call_timeout(process_marker: str, tmp_
     # Only the listen stream is the point: on a busy machine the first request, which waits for
     # the server to start, may itself outlast the call timeout (and the client retries it).
     assert listens[0] not in cancelled
+
+
+async def test_listen_stream_through_a_guard_of_several_servers(process_marker: str, tmp_path: Path) -> None:
+    """In front of several servers a 2026-07-28 listen stream carries each server's changes, under one subscription."""
+    tap = tmp_path / "listen-wire.jsonl"
+    config = write_config(
+        tmp_path / "mcp.json",
+        {
+            "board": {"command": _listen_server(tap)[0], "args": _listen_server(tap)[1:]},
+            "other": {"command": fixture_command("listen_server")[0], "args": fixture_command("listen_server")[1:]},
+        },
+    )
+    argv = guard_command([], ["--config", str(config)])
+    parameters = StdioServerParameters(command=argv[0], args=argv[1:], env=server_environment(process_marker, None))
+    with anyio.fail_after(60):
+        async with Client(parameters, mode="auto") as client:
+            assert client.protocol_version == MODERN
+            async with _listening(client, tools_list_changed=True, resource_subscriptions=[NOTE_URI]) as subscription:
+                assert subscription.honored.tools_list_changed is True
+                registered = await client.call_tool("board__register_tool", {"name": "fresh"})
+                assert texts(registered) == ["registered fresh"]
+                assert await _next_event(subscription) == ToolsListChanged()
+                assert "board__fresh" in await _tool_names(client)
+                await client.call_tool("other__write_note", {"text": "from the other"})
+                assert await _next_event(subscription) == ResourceUpdated(uri=NOTE_URI)
+    # The server was asked to listen under an id of the guard's own, and its frames reached the client restamped.
+    (listen,) = tapped(tap, "server", "subscriptions/listen")
+    assert listen["params"]["notifications"] == {"toolsListChanged": True, "resourceSubscriptions": [NOTE_URI]}
+    assert _stream_frames(tap, listen["id"])[:2] == [
+        "notifications/subscriptions/acknowledged",
+        "notifications/tools/list_changed",
+    ]

@@ -2,7 +2,9 @@
 
 server-everything's ``simulate-research-query`` only runs as a task: ``tools/call`` answers
 with a task handle, the client polls ``tasks/get`` and fetches the report with
-``tasks/result``. The raw client speaks the wire as a task-aware client does.
+``tasks/result``. The raw client speaks the wire as a task-aware client does. In front of
+several servers the same holds, under the tool's exported name: the guard routes each task's
+requests to the server whose call created it.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import anyio
 import pytest
 
 from tests.harness import MARKER, VERDICT_KEY
+from tests.http_harness import time_entry, write_config
 from tests.reliability.wire import RawConnector, RawGuard, result_texts
 
 pytestmark = [pytest.mark.e2e, pytest.mark.anyio]
@@ -29,9 +32,9 @@ def raw_guard(tmp_path: Path, process_marker: str) -> Iterator[RawConnector]:
     connector.report()
 
 
-async def _start(guard: RawGuard, topic: str) -> dict[str, Any]:
+async def _start(guard: RawGuard, topic: str, tool: str = TOOL) -> dict[str, Any]:
     """Asks for the research as a task; the guard's answer."""
-    params = {"name": TOOL, "arguments": {"topic": topic}, "task": {"ttl": 60000}}
+    params = {"name": tool, "arguments": {"topic": topic}, "task": {"ttl": 60000}}
     return await guard.request("tools/call", params)
 
 
@@ -129,3 +132,31 @@ async def test_a_blocking_task_result_outlives_the_call_timeout(
         report = await guard.request("tasks/result", {"taskId": created["result"]["task"]["taskId"]}, within=30)
     assert "result" in report, report
     assert result_texts(report)[0].startswith("# Research Report: patience")
+
+
+async def test_tasks_cross_a_guard_of_several_servers(
+    raw_guard: RawConnector, everything_server: list[str], tmp_path: Path
+) -> None:
+    """With several servers, tasks/get, tasks/list and tasks/result reach the server whose call created the task."""
+    config = write_config(
+        tmp_path / "mcp.json",
+        {"everything": {"command": everything_server[0], "args": everything_server[1:]}, "time": time_entry()},
+    )
+    async with raw_guard([], guard_args=["--config", str(config)], initialize=False) as guard:
+        hello = await guard.initialize()
+        assert "call" in hello["result"]["capabilities"]["tasks"]["requests"]["tools"]
+        assert hello["result"]["serverInfo"]["name"] == "mcp-loop-guard"
+        listed = await guard.request("tools/list", {})
+        names = {tool["name"] for tool in listed["result"]["tools"]}
+        assert {f"everything__{TOOL}", "time__get_current_time"} <= names
+
+        created = await _start(guard, "routing", f"everything__{TOOL}")
+        assert "content" not in created["result"], created
+        task_id = created["result"]["task"]["taskId"]
+        tasks = await guard.request("tasks/list", {})
+        assert task_id in [task["taskId"] for task in tasks["result"]["tasks"]]
+        report = await _finished(guard, task_id)
+        (text,) = result_texts(report)
+        assert text.startswith("# Research Report: routing")
+        unknown = await guard.request("tasks/get", {"taskId": "no-such-task"})
+        assert unknown["error"]["code"] == -32602

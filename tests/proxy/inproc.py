@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections import Counter, deque
 from collections.abc import AsyncIterator, Callable, Mapping
-from contextlib import asynccontextmanager
+from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass, field
 from typing import Any, cast
 
@@ -27,12 +27,15 @@ from mcp.server import Server
 from mcp.server.mcpserver import MCPServer
 from mcp.shared.message import SessionMessage
 
-from mcp_loop_guard.config import GuardConfig, StdioServer
+from mcp_loop_guard.config import GuardConfig, ServerSpec, StdioServer
 from mcp_loop_guard.plan import Plan, plan
 from mcp_loop_guard.proxy.downstream.agents import agent_loop, judge_for, opened_events
 from mcp_loop_guard.proxy.relay.judge import Judge
 from mcp_loop_guard.proxy.relay.pipe import Pipe
+from mcp_loop_guard.proxy.upstream.channel import Receiver
+from mcp_loop_guard.proxy.upstream.channels import opener
 from mcp_loop_guard.proxy.upstream.child import ChildProcess
+from mcp_loop_guard.proxy.upstream.stdio import StdioUpstream
 from mcp_loop_guard.proxy.wire.lines import LineReader
 from mcp_loop_guard.settings import Settings
 from mcp_loop_guard.store.agent import StoreHealth
@@ -180,6 +183,7 @@ class GuardedSession:
 
     pipe: Pipe
     child: InProcessChild
+    children: dict[str, InProcessChild]
     aborted: anyio.Event = field(default_factory=anyio.Event)
 
     @property
@@ -187,10 +191,12 @@ class GuardedSession:
         return self.pipe.judge
 
 
-def guard_plan(**settings: Any) -> Plan:
-    """The plan of a guard in front of the in-process server, with these settings (Settings' field names)."""
-    spec = StdioServer(name=SERVER_NAME, command="in-process", display="in-process server")
-    config = GuardConfig(path=None, servers=(spec,), settings={})
+def guard_plan(*names: str, **settings: Any) -> Plan:
+    """The plan of a guard in front of in-process servers (by these names), with these settings (field names)."""
+    servers = tuple(
+        StdioServer(name=name, command="in-process", display="in-process server") for name in names or (SERVER_NAME,)
+    )
+    config = GuardConfig(path=None, servers=servers, settings={})
     return plan(config, Settings(**settings))
 
 
@@ -201,24 +207,40 @@ async def guarded(server: AnyServer, **settings: Any) -> AsyncIterator[tuple[Tra
     Settings come from ``settings`` (field names) and the environment (``LOOP_GUARD_*``), as
     the guard's own; an event log is written when they name one.
     """
-    the_plan = guard_plan(**settings)
+    async with guarded_several({SERVER_NAME: server}, **settings) as relayed:
+        yield relayed
+
+
+@asynccontextmanager
+async def guarded_several(
+    servers: Mapping[str, AnyServer], **settings: Any
+) -> AsyncIterator[tuple[TransportStreams, GuardedSession]]:
+    """Client streams reaching ``servers`` (by name) through the production relay: one, or a router of several."""
+    the_plan = guard_plan(*servers, **settings)
     health = StoreHealth("memory")
     agent = agent_loop(the_plan, MemoryStore(), health, "inproc-agent")
-    async with opened_events(the_plan) as events:
+    async with opened_events(the_plan) as events, AsyncExitStack() as stack:
         judge = judge_for(the_plan, agent, label="inproc-agent", events=events)
-        async with _relayed(server, the_plan, judge) as relayed:
+        children = {name: await stack.enter_async_context(running(server)) for name, server in servers.items()}
+        async with _relayed(children, the_plan, judge) as relayed:
             yield relayed
 
 
 @asynccontextmanager
 async def _relayed(
-    server: AnyServer, the_plan: Plan, judge: Judge
+    children: Mapping[str, InProcessChild], the_plan: Plan, judge: Judge
 ) -> AsyncIterator[tuple[TransportStreams, GuardedSession]]:
-    spec = the_plan.single_stdio
-    assert spec is not None
+    specs = the_plan.config.servers
     to_client, client_read = anyio.create_memory_object_stream[SessionMessage | Exception](64)
     client_write, from_client = anyio.create_memory_object_stream[SessionMessage](64)
-    async with running(server) as child, anyio.create_task_group() as tg:
+    child = next(iter(children.values()))
+
+    def member(spec: ServerSpec, receiver: Receiver) -> StdioUpstream:
+        assert isinstance(spec, StdioServer)
+        first = cast(ChildProcess, children[spec.name])
+        return StdioUpstream(spec, receiver, max_bytes=the_plan.limits.max_message_bytes, first=first)
+
+    async with anyio.create_task_group() as tg:
         session: GuardedSession | None = None
 
         async def send(line: bytes) -> None:
@@ -233,8 +255,9 @@ async def _relayed(
             session.aborted.set()
             to_client.close()  # the refusal is out: the client's stream ends, as the stdio guard closes stdout
 
-        pipe = Pipe(spec, send, judge, limits=the_plan.limits, on_abort=on_abort, first=cast(ChildProcess, child))
-        session = GuardedSession(pipe, child)
+        reach = opener(specs, the_plan.limits, first=cast(ChildProcess, child), member=member)
+        pipe = Pipe(reach, send, judge, server=specs[0].name, limits=the_plan.limits, on_abort=on_abort)
+        session = GuardedSession(pipe, child, dict(children))
 
         async def pump() -> None:
             async with from_client:

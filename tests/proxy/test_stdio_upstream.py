@@ -8,12 +8,34 @@ import anyio
 import pytest
 
 from mcp_loop_guard.config import StdioServer
-from mcp_loop_guard.proxy.upstream.child import ChildProcess
 from mcp_loop_guard.proxy.upstream.stdio import StdioUpstream
 from mcp_loop_guard.proxy.wire.lines import Oversized
-from mcp_loop_guard.proxy.wire.messages import OWN_ID_PREFIX, BadLine, Message
+from mcp_loop_guard.proxy.wire.messages import OWN_ID_PREFIX, BadLine, Message, RequestId
 
 pytestmark = pytest.mark.anyio
+
+
+class Heard:
+    """Stands where the relay would: keeps the ids of the messages the upstream passed on."""
+
+    def __init__(self) -> None:
+        self.ids: list[object] = []
+        self.got = anyio.Event()
+
+    async def from_upstream(self, item: Message | BadLine | Oversized) -> None:
+        if isinstance(item, Message):
+            self.ids.append(item.id)
+            self.got.set()
+
+    async def upstream_lost(self, reason: str) -> None:
+        """A child's end is not what these tests look at."""
+
+    async def upstream_failed(self, ident: RequestId, reason: str) -> None:
+        """Nor a failed request."""
+
+    async def upstream_restarted(self) -> None:
+        """Nor a restart."""
+
 
 # Exits at stdin EOF, but a detached grandchild keeps its stdout open for half a second after,
 # so the guard reads that child's end only once its successor has been started.
@@ -47,15 +69,9 @@ sys.stdin.read()
 async def test_a_replaced_childs_late_end_leaves_its_successors_handshake_alone() -> None:
     """A config reload's new child completes the replayed handshake even when the old one's output ends later."""
 
-    async def on_message(item: Message | BadLine | Oversized) -> None:
-        pass
-
-    async def on_exit(child: ChildProcess) -> None:
-        pass
-
     old = StdioServer(name="work", command=sys.executable, args=("-c", _SLOW_TO_CLOSE))
     new = StdioServer(name="work", command=sys.executable, args=("-c", _SLOW_TO_ANSWER))
-    upstream = StdioUpstream(old, on_message, on_exit, max_bytes=1 << 20)
+    upstream = StdioUpstream(old, Heard(), max_bytes=1 << 20)
     upstream.initialize = {"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {"capabilities": {}}}
     with anyio.fail_after(20):
         async with anyio.create_task_group() as tg:
@@ -80,27 +96,17 @@ for line in sys.stdin:
 
 async def test_an_outer_guards_own_request_is_answered_to_the_outer_guard() -> None:
     """Behind another guard, answers to that guard's own requests pass on; only this guard's own are kept."""
-    passed: list[object] = []
-    got = anyio.Event()
-
-    async def on_message(item: Message | BadLine | Oversized) -> None:
-        if isinstance(item, Message):
-            passed.append(item.id)
-            got.set()
-
-    async def on_exit(child: ChildProcess) -> None:
-        pass
-
+    heard = Heard()
     spec = StdioServer(name="work", command=sys.executable, args=("-c", _ANSWERING))
-    upstream = StdioUpstream(spec, on_message, on_exit, max_bytes=1 << 20)
+    upstream = StdioUpstream(spec, heard, max_bytes=1 << 20)
     outer = f"{OWN_ID_PREFIX}another-guard-1"  # the outer guard's own id: the same prefix, another nonce
     with anyio.fail_after(20):
         async with anyio.create_task_group() as tg:
             await tg.start(upstream.run)
             mine = await upstream.request("tools/list", None, within=10)
             await upstream.send(Message({"jsonrpc": "2.0", "id": outer, "method": "tools/list"}).line())
-            await got.wait()
+            await heard.got.wait()
             tg.cancel_scope.cancel()
     assert mine is not None
     assert mine["result"] == {}
-    assert passed == [outer]
+    assert heard.ids == [outer]

@@ -12,6 +12,7 @@ from mcp.server import Server
 from mcp.shared.exceptions import MCPError
 from mcp.shared.message import SessionMessage
 from mcp_types import version
+from mcp_types.methods import CACHEABLE_METHODS
 
 from mcp_loop_guard.proxy import compat
 from mcp_loop_guard.proxy.wire import eras
@@ -101,3 +102,5 @@ def test_the_eras_copied_for_the_relays_are_the_sdks() -> None:
     assert types.PROTOCOL_VERSION_META_KEY == eras.PROTOCOL_VERSION_META_KEY
     assert types.CLIENT_INFO_META_KEY == eras.CLIENT_INFO_META_KEY
     assert types.CLIENT_CAPABILITIES_META_KEY == eras.CLIENT_CAPABILITIES_META_KEY
+    assert frozenset(CACHEABLE_METHODS) == eras.CACHEABLE_METHODS
+    assert types.SERVER_INFO_META_KEY == eras.SERVER_INFO_META_KEY

@@ -14,7 +14,6 @@ import mcp_types as types
 
 from mcp_loop_guard.config import ServerSpec
 from mcp_loop_guard.plan import Plan
-from mcp_loop_guard.proxy.relay.judge import Judge
 from mcp_loop_guard.proxy.relay.sdk_server import SessionDownstream
 from mcp_loop_guard.proxy.relay.session_server import AbortHook, GuardedProxy, JudgeOf
 from mcp_loop_guard.proxy.upstream.links import Link, OwnLink, SharedLink
@@ -199,12 +198,3 @@ async def _notify_quietly(downstream: SessionDownstream, notification: types.Ser
         await downstream.notify(notification)
     except (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError):
         logger.debug("could not tell a closing session that its lists changed")
-
-
-def fixed_judge(judge: Judge) -> JudgeOf:
-    """A session's own judge, whatever the request."""
-
-    async def judge_of(ctx: object) -> Judge:
-        return judge
-
-    return judge_of

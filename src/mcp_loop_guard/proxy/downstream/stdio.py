@@ -1,4 +1,4 @@
-"""Serve one client on our stdin and stdout, relaying to one stdio upstream (the common case).
+"""Serve one client on our stdin and stdout, relaying to its upstream: one server, or a router of several.
 
 The session ends one way, by an event: the client closes stdin, a refusal that aborts the
 session has been written, the client stops reading, or a signal arrives. Then the upstream is
@@ -22,6 +22,7 @@ from mcp_loop_guard.plan import Limits, Plan
 from mcp_loop_guard.proxy.downstream.agents import judge_for, opened_events, opened_store, stdio_agent
 from mcp_loop_guard.proxy.relay.pipe import Pipe
 from mcp_loop_guard.proxy.upstream import signals
+from mcp_loop_guard.proxy.upstream.channels import opener
 from mcp_loop_guard.proxy.upstream.child import EOF_GRACE, ChildProcess
 from mcp_loop_guard.proxy.wire.fd import Fd, Writer, claimed_stdio
 from mcp_loop_guard.proxy.wire.feed import feed_lines
@@ -93,11 +94,14 @@ async def watch_signals(ending: Ending, reload: Callable[[str], None] | None = N
 
 
 async def serve_pipe(plan: Plan, first: ChildProcess | None = None) -> int:
-    """Guard the one upstream (a command or an HTTP URL) for the client on stdin/stdout; return the exit code."""
-    spec = plan.single_relayed
-    assert spec is not None
+    """Guard the configured upstreams (a command, an HTTP URL, or several) for the client on stdin/stdout.
+
+    Returns the exit code.
+    """
+    servers = plan.config.servers
+    spec = servers[0]
     settings = plan.settings
-    timeout = spec.call_timeout or settings.call_timeout_seconds
+    timeout = (spec.call_timeout if len(servers) == 1 else None) or settings.call_timeout_seconds
     limits = Limits(settings.max_message_bytes, timeout, settings.max_pending_requests)
     ending = Ending()
     async with (
@@ -115,7 +119,8 @@ async def serve_pipe(plan: Plan, first: ChildProcess | None = None) -> int:
             except OSError:
                 ending.end("stdout closed")
 
-        pipe = Pipe(spec, send, judge, limits=limits, on_abort=lambda: ending.end("abort"), first=first)
+        reach = opener(servers, limits, first=first)
+        pipe = Pipe(reach, send, judge, server=spec.name, limits=limits, on_abort=lambda: ending.end("abort"))
         upstream = pipe.upstream
         async with anyio.create_task_group() as tg:
             reloader = reloader_for(plan, pipe.reconfigure, tg)

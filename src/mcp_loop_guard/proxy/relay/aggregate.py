@@ -17,9 +17,9 @@ from mcp.shared.exceptions import MCPError
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from pydantic import BaseModel
 
-from mcp_loop_guard.proxy.relay.catalog import AmbiguousError
 from mcp_loop_guard.proxy.relay.context import Context, Relay
 from mcp_loop_guard.proxy.relay.merged import LISTS, MergedLists, serves
+from mcp_loop_guard.proxy.upstream.catalog import AmbiguousError
 from mcp_loop_guard.proxy.upstream.links import Link
 
 logger = logging.getLogger(__name__)

@@ -15,9 +15,9 @@ from typing import Any
 import mcp_types as types
 from mcp.shared.exceptions import MCPError
 
-from mcp_loop_guard.proxy.relay.catalog import CollisionError, Names, Resources, export_name
 from mcp_loop_guard.proxy.relay.context import Context, Relay
 from mcp_loop_guard.proxy.relay.tools import ToolFacts
+from mcp_loop_guard.proxy.upstream.catalog import CollisionError, Names, Resources, export_name
 from mcp_loop_guard.proxy.upstream.links import Link
 
 logger = logging.getLogger(__name__)

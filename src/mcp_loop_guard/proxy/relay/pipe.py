@@ -14,88 +14,51 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from typing import TYPE_CHECKING
 
-from mcp_loop_guard.config import HttpServer, ServerSpec, StdioServer
+from mcp_loop_guard.config import ServerSpec
+from mcp_loop_guard.core import replies
 from mcp_loop_guard.plan import Limits
-from mcp_loop_guard.proxy.relay.calls import WRONG_SHAPE, bad_call, begin_call, finish_call, refusal_message
 from mcp_loop_guard.proxy.relay.flights import Flights, InFlight
-from mcp_loop_guard.proxy.relay.judge import Judge, Refusal
-from mcp_loop_guard.proxy.relay.tasks import HeldTasks, created_task, wrong_shape
+from mcp_loop_guard.proxy.relay.judge import Judge
+from mcp_loop_guard.proxy.relay.lifecycle import Refused, begin
+from mcp_loop_guard.proxy.relay.tasks import HeldTasks, wrong_shape
 from mcp_loop_guard.proxy.relay.tool_list import ToolList
 from mcp_loop_guard.proxy.relay.verdicts import SERVER_INFO
 from mcp_loop_guard.proxy.upstream.channel import Channel, UpstreamDownError
-from mcp_loop_guard.proxy.upstream.child import ChildProcess
-from mcp_loop_guard.proxy.upstream.stdio import HANDSHAKE_TIMEOUT, StdioUpstream
+from mcp_loop_guard.proxy.upstream.channels import Opener
+from mcp_loop_guard.proxy.upstream.router import Router
 from mcp_loop_guard.proxy.wire import messages as wire
 from mcp_loop_guard.proxy.wire.lines import Oversized
 from mcp_loop_guard.proxy.wire.messages import BadLine, Message, RequestId
-
-if TYPE_CHECKING:
-    from mcp_loop_guard.proxy.upstream.http_lines import HttpLines
-    from mcp_loop_guard.proxy.upstream.sse_lines import SseLines
 
 logger = logging.getLogger(__name__)
 
 
 class Pipe:
-    """Relays one client to one upstream: a child's stdio, or a streamable HTTP server."""
+    """Relays one client to its upstream: one server's channel, or a router of several (:mod:`..upstream.channels`)."""
 
     def __init__(
         self,
-        spec: StdioServer | HttpServer,
+        opener: Opener,
         send: Callable[[bytes], Awaitable[None]],
         judge: Judge,
         *,
+        server: str,
         limits: Limits,
         on_abort: Callable[[], None],
-        first: ChildProcess | None = None,
-        channel: Channel | None = None,
     ) -> None:
-        """``send`` writes a line to the client; ``on_abort`` ends the session once the refusal is out.
+        """``opener`` makes the upstream, which tells this relay what it hears; ``send`` writes a line to the client.
 
-        ``first``: the upstream's child when it was started before the event loop.
-        ``channel``: the upstream as given (a shared child's view), instead of one of the relay's own.
+        ``server``: the server's name (a router names each call's own); ``on_abort`` ends the
+        session once an aborting refusal is out.
         """
-        handshake = limits.call_timeout or HANDSHAKE_TIMEOUT
-        self.upstream: Channel
-        if channel is not None:
-            self.upstream = channel
-        elif isinstance(spec, HttpServer):
-            http_lines, sse_lines = _http_classes()
-            if spec.transport == "sse":
-                self.upstream = sse_lines(
-                    spec,
-                    self.from_upstream,
-                    self.upstream_lost,
-                    on_restart=self.upstream_restarted,
-                    max_bytes=limits.max_message_bytes,
-                    handshake_timeout=handshake,
-                )
-            else:
-                self.upstream = http_lines(
-                    spec,
-                    self.from_upstream,
-                    self.upstream_failed,
-                    on_restart=self.upstream_restarted,
-                    max_bytes=limits.max_message_bytes,
-                    handshake_timeout=handshake,
-                )
-        else:
-            self.upstream = StdioUpstream(
-                spec,
-                self.from_upstream,
-                self.upstream_exited,
-                on_restart=self.upstream_restarted,
-                max_bytes=limits.max_message_bytes,
-                first=first,
-                handshake_timeout=handshake,
-            )
         self.send = send
         self.judge = judge
-        self.server = spec.name
+        self.server = server
         self.limits = limits
         self.on_abort = on_abort
+        self.upstream: Channel = opener(self)
+        self.router = self.upstream if isinstance(self.upstream, Router) else None
         self.tools = ToolList(self.upstream, limits)
         self.flights = Flights(self.upstream, limits, send, judge)
         self.tasks = HeldTasks(judge)
@@ -107,8 +70,7 @@ class Pipe:
     async def from_client(self, item: bytes | Oversized) -> None:
         """Handle one line the client wrote."""
         if isinstance(item, Oversized):
-            limit = f"{self.limits.max_message_bytes} (LOOP_GUARD_MAX_MESSAGE_BYTES)"
-            await self._reject(item.request_id, f"message of {item.size} bytes is over the limit of {limit}")
+            await self._reject(item.request_id, replies.message_too_large(item.size, self.limits.max_message_bytes))
             return
         parsed = wire.parse(item)
         if parsed is not None:
@@ -126,9 +88,7 @@ class Pipe:
                 await self.send(parsed.reply.line())
             elif parsed.response_to is not None and parsed.response_to in self.awaiting_client:
                 self.awaiting_client.discard(parsed.response_to)
-                error = wire.error(
-                    parsed.response_to, wire.INTERNAL_ERROR, "the client answered with a malformed response"
-                )
+                error = wire.error(parsed.response_to, wire.INTERNAL_ERROR, replies.CLIENT_MALFORMED_RESPONSE)
                 await self._to_upstream(error)
             return
         if parsed.is_request:
@@ -144,25 +104,36 @@ class Pipe:
         ident = message.id
         assert ident is not None
         if ident in self.flights:
-            await self._reject(ident, "a request with this id is still in flight")
+            await self._reject(ident, replies.ID_IN_FLIGHT)
             return
         method = message.method or ""
         params = message.body.get("params") or {}
-        flight = self.flights.track(message, method, params)
-        if method == "tools/call":
-            bad = bad_call(ident, params)
-            if bad is not None:
-                await self.send(bad.line())
+        server, tool, timeout = self.server, None, None
+        if method == "tools/call" and self.router is not None and isinstance(name := params.get("name"), str):
+            route = await self.router.route(name, params.get("_meta"))
+            if route is None:
+                await self.send(wire.error(ident, wire.INVALID_PARAMS, replies.unknown("tool", name)).line())
                 return
-            annotations = await self.tools.annotations(params["name"], params)
-            decision = await begin_call(self.judge, self.server, message, params, annotations, carried=trace)
-            if isinstance(decision, Refusal):
-                refusal = refusal_message(ident, decision, modern=flight.modern, server_info=self.flights.server_info)
-                await self.send(refusal.line())
+            server, tool = route
+            timeout = self.router.timeout_for(server)
+        flight = self.flights.track(message, method, params, timeout)
+        if method == "tools/call":
+            decision = await begin(
+                self.judge,
+                server,
+                message,
+                tool=tool,
+                annotations=self.tools.annotations,
+                carried=trace,
+                modern=flight.modern,
+                server_info=self.flights.server_info,
+            )
+            if isinstance(decision, Refused):
+                await self.send(decision.answer.line())
                 if decision.abort:
                     self.on_abort()
                 return
-            flight.judged = decision
+            flight.call = decision
         elif method == "initialize":
             self.upstream.initialize = message.body
         elif method == "tools/list":
@@ -183,8 +154,8 @@ class Pipe:
             params = message.body.get("params") or {}
             cancelled = params.get("requestId")
             flight = self.flights.pop(cancelled) if isinstance(cancelled, str | int) else None
-            if flight is not None and flight.judged is not None:
-                await self.judge.dropped(flight.judged)
+            if flight is not None and flight.call is not None:
+                await flight.call.dropped()
         await self._to_upstream(message)
 
     async def _to_upstream(self, message: Message) -> None:
@@ -196,7 +167,7 @@ class Pipe:
 
     async def _reject(self, ident: RequestId | None, why: str) -> None:
         logger.warning("rejected a message from the client: %s", why)
-        await self.send(wire.error(ident, wire.INVALID_REQUEST, f"Invalid Request: {why}").line())
+        await self.send(wire.error(ident, wire.INVALID_REQUEST, replies.invalid_request(why)).line())
 
     # --- from the upstream -------------------------------------------------------------------
 
@@ -210,20 +181,13 @@ class Pipe:
                 self.limits.max_message_bytes,
             )
             if item.request_id is not None and item.request_id in self.flights:
-                too_large = (
-                    f"the upstream's answer of {item.size} bytes is over the limit of "
-                    f"{self.limits.max_message_bytes} (LOOP_GUARD_MAX_MESSAGE_BYTES); it was not relayed"
-                )
+                too_large = replies.answer_too_large(item.size, self.limits.max_message_bytes)
                 await self.flights.fail(item.request_id, too_large, "too-large")
             return
         if isinstance(item, BadLine):
             if item.response_to is not None and item.response_to in self.flights:
                 logger.warning("upstream %s sent a malformed response; its request gets an error", self.upstream.label)
-                await self.flights.fail(
-                    item.response_to,
-                    "the upstream answered with a response of the wrong shape (its result must be an object)",
-                    "invalid-result",
-                )
+                await self.flights.fail(item.response_to, replies.WRONG_SHAPE_RESPONSE, "invalid-result")
             else:
                 self.bad_upstream_lines += 1
                 if self.bad_upstream_lines == 1:
@@ -249,15 +213,13 @@ class Pipe:
         result = message.body.get("result")
         if flight.modern and isinstance(result, dict) and isinstance(meta := result.get("_meta"), dict):
             self.flights.server_info = meta.get(SERVER_INFO, self.flights.server_info)
-        if flight.judged is not None and isinstance(result, dict) and (task := created_task(result)) is not None:
-            await self.tasks.hold(task, flight.judged)  # judged when its result is fetched
-        elif flight.task is not None:
-            await self.tasks.answered(message, flight.task, cancelled=flight.method == "tasks/cancel")
-        elif flight.judged is not None:
-            if not await finish_call(self.judge, flight.judged, message):
-                flight.judged = None  # let go by the judge already
+        if flight.call is not None:
+            if await flight.call.answered(message, self.tasks) is None:
+                flight.call = None  # let go by the judge already
                 await self._fail_wrong_shape(ident, flight)
                 return
+        elif flight.task is not None:
+            await self.tasks.answered(message, flight.task, cancelled=flight.method == "tasks/cancel")
         elif flight.method == "tools/call" and isinstance(result, dict) and wrong_shape(result):
             await self._fail_wrong_shape(ident, flight)
             return
@@ -268,7 +230,7 @@ class Pipe:
     async def _fail_wrong_shape(self, ident: RequestId | None, flight: InFlight) -> None:
         assert ident is not None
         self.flights.add(ident, flight)
-        await self.flights.fail(ident, WRONG_SHAPE, "invalid-result")
+        await self.flights.fail(ident, replies.WRONG_SHAPE_RESULT, "invalid-result")
 
     async def _upstream_request(self, message: Message) -> None:
         ident = message.id
@@ -279,7 +241,7 @@ class Pipe:
                 self.upstream.label,
                 len(self.awaiting_client),
             )
-            refusal = wire.error(ident, -32000, "too many requests are awaiting the client's answer; try again later")
+            refusal = wire.error(ident, -32000, replies.TOO_MANY_AWAITING)
             await self._to_upstream(refusal)
             return
         self.awaiting_client.add(ident)
@@ -301,11 +263,6 @@ class Pipe:
         """The guard is stopping: every request in flight gets the reason instead of a cut connection."""
         await self.flights.fail_all(reason, "shutdown")
 
-    async def upstream_exited(self, child: ChildProcess) -> None:
-        """The child died: every request in flight gets the reason at once."""
-        reason = self.upstream.down_reason() or f"upstream {self.upstream.label} {child.describe_exit()}"
-        await self.upstream_lost(reason)
-
     async def upstream_lost(self, reason: str) -> None:
         """The upstream went away: every request in flight gets ``reason`` at once."""
         self.awaiting_client.clear()
@@ -324,26 +281,9 @@ class Pipe:
             await self.send(Message({"jsonrpc": "2.0", "method": "notifications/tools/list_changed"}).line())
 
     async def reconfigure(self, servers: Sequence[ServerSpec]) -> str | None:
-        """A config reload: the one server's new command replaces the old one; None, or why it cannot be done live."""
-        upstream = self.upstream
-        if len(servers) == 1 and isinstance(servers[0], StdioServer) and isinstance(upstream, StdioUpstream):
-            self.server = servers[0].name
+        """A config reload: the upstream takes the new servers, or says why it cannot live (None when it did)."""
+        problem = await self.upstream.reconfigure(servers)
+        if problem is None:
+            self.server = servers[0].name if len(servers) == 1 else self.server
             self.tools.facts.forget()
-            await upstream.replace(servers[0])
-            return None
-        if len(servers) == 1 and isinstance(servers[0], HttpServer) and isinstance(upstream, _http_classes()):
-            if servers[0].url != upstream.spec.url or servers[0].transport != upstream.spec.transport:
-                return "this guard relays one HTTP server directly; another URL needs a restart"
-            self.server = servers[0].name
-            upstream.spec = servers[0]
-            upstream.exchange.use_headers(servers[0].headers)
-            return None
-        return "this guard relays one server directly; serving other servers needs a restart"
-
-
-def _http_classes() -> tuple[type[HttpLines], type[SseLines]]:
-    """Imported once a server over HTTP is named: a guard of stdio servers holds no HTTP client (0.3 MB)."""
-    from mcp_loop_guard.proxy.upstream.http_lines import HttpLines  # noqa: PLC0415
-    from mcp_loop_guard.proxy.upstream.sse_lines import SseLines  # noqa: PLC0415
-
-    return HttpLines, SseLines
+        return problem

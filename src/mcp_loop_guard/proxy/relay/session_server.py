@@ -12,25 +12,27 @@ from __future__ import annotations
 import logging
 from collections.abc import Awaitable, Callable, Sequence
 from contextlib import nullcontext
-from typing import Any
+from typing import Any, cast
 
 import anyio
 import mcp_types as types
 from mcp.server.context import CallNext, HandlerResult
 from mcp.shared.exceptions import MCPError
+from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from pydantic import BaseModel
 
+from mcp_loop_guard.core import replies
 from mcp_loop_guard.core.model import Verdict
 from mcp_loop_guard.proxy.relay.aggregate import Aggregate, for_era
 from mcp_loop_guard.proxy.relay.context import Context
-from mcp_loop_guard.proxy.relay.judge import Judge, Refusal
+from mcp_loop_guard.proxy.relay.judge import Judge
+from mcp_loop_guard.proxy.relay.lifecycle import Refused, begin, failure, timed_out
 from mcp_loop_guard.proxy.relay.sdk_server import SessionDownstream, SessionServer, client_identity, strip_envelope
 from mcp_loop_guard.proxy.relay.stopping import STOPPING
-from mcp_loop_guard.proxy.relay.verdicts import failed
 from mcp_loop_guard.proxy.upstream.links import Link
 from mcp_loop_guard.proxy.upstream.session import UpstreamGoneError
-from mcp_loop_guard.proxy.wire.messages import GUARD_FAULT
-from mcp_loop_guard.trace_context import CARRIER_KEYS, checked_meta
+from mcp_loop_guard.proxy.wire.messages import GUARD_FAULT, Message
+from mcp_loop_guard.trace_context import CARRIER_KEYS
 
 logger = logging.getLogger(__name__)
 
@@ -111,7 +113,7 @@ class GuardedProxy:
 
         if params is not None:
             params = strip_envelope(params)
-        label = repr(server)
+        label = f"`{server}`"
         STOPPING.scopes.add(scope)
         try:
             with scope:
@@ -125,18 +127,10 @@ class GuardedProxy:
         finally:
             STOPPING.scopes.discard(scope)
         if STOPPING.flag and scope.cancelled_caught:
-            raise MCPError(
-                types.INTERNAL_ERROR,
-                "the guard is shutting down; the request was cancelled",
-                data={GUARD_FAULT: "stopping"},
-            )
+            raise MCPError(types.INTERNAL_ERROR, replies.SHUTTING_DOWN, data={GUARD_FAULT: "stopping"})
         if scope.cancelled_caught:
-            raise MCPError(
-                types.INTERNAL_ERROR,
-                f"upstream {label} sent no answer or progress for {method} within {timeout:g}s "
-                "(call timeout); the request was cancelled",
-                data={GUARD_FAULT: "timeout"},
-            )
+            assert timeout is not None
+            raise MCPError(types.INTERNAL_ERROR, timed_out(label, method, timeout), data={GUARD_FAULT: "timeout"})
         if method == "tools/list" and getattr(params, "cursor", None) is None:
             link.note_tools(result.get("tools"))
         return for_era(ctx, result)
@@ -170,7 +164,7 @@ class GuardedProxy:
         return await call_next(ctx)
 
     async def call_tool(self, ctx: Context, params: types.CallToolRequestParams) -> dict[str, Any]:
-        """The guarded method: judged before it is forwarded, its result judged before it is returned.
+        """The guarded method, through the one lifecycle (:mod:`.lifecycle`); the SDK carries it.
 
         Raises:
             MCPError: an unknown tool, or the upstream's own JSON-RPC error.
@@ -180,42 +174,56 @@ class GuardedProxy:
             raise MCPError(types.INVALID_PARAMS, f"Unknown tool: {params.name}")
         server, upstream_name = route
         judge = await self.judge_of(ctx)
-        annotations = await self.aggregate.annotations(ctx, server, upstream_name)
-        decision = await judge.begin(
-            server, params.name, upstream_name, params.arguments, annotations=annotations, trace=_trace_of(ctx, params)
+        body = params.model_dump(mode="json", by_alias=True, exclude_none=True)
+        message = Message({"jsonrpc": "2.0", "id": ctx.request_id or 0, "method": "tools/call", "params": body})
+
+        async def annotations(name: str, given: object) -> dict[str, Any] | None:
+            return await self.aggregate.annotations(ctx, server, upstream_name)
+
+        modern = ctx.protocol_version in MODERN_PROTOCOL_VERSIONS
+        decision = await begin(
+            judge, server, message, tool=upstream_name, annotations=annotations, carried=_headers(ctx), modern=modern
         )
-        if isinstance(decision, Refusal):
-            if decision.abort:
-                self.on_abort(ctx, decision.verdict)
-            return for_era(ctx, decision.result)
-        forwarded = params if upstream_name == params.name else params.model_copy(update={"name": upstream_name})
-        if params.meta and (checked := checked_meta(params.meta)) is not None:
-            forwarded = forwarded.model_copy(update={"meta": checked})  # trace context that fails the W3C rules
+        if isinstance(decision, Refused):
+            if decision.abort and judge.aborted is not None:
+                self.on_abort(ctx, judge.aborted)
+            answer = decision.answer.body
+            if "error" in answer:
+                raise MCPError(answer["error"]["code"], answer["error"]["message"])
+            return cast(dict[str, Any], answer["result"])
+        sent = message.body["params"]
+        forwarded = params.model_copy(update={"name": upstream_name, "meta": sent.get("_meta") or None})
         try:
-            with decision.span.current() if decision.span is not None else nullcontext():
+            with decision.pending.span.current() if decision.pending.span is not None else nullcontext():
                 result = await self.relay(ctx, server, "tools/call", forwarded)
         except MCPError as exc:
             if isinstance(exc.error.data, dict) and GUARD_FAULT in exc.error.data:
                 # A failure the guard saw (upstream gone, timeout, oversized or malformed answer):
                 # the model gets a tool error it can act on, not a protocol error.
-                await judge.dropped(decision)
+                await decision.dropped()
                 logger.warning("tools/call %r failed: %s", params.name, exc.error.message)
-                return for_era(ctx, failed(exc.error.message))
-            await judge.failed(decision, exc.error.model_dump(mode="json", exclude_none=True))
+                fault = exc.error.data[GUARD_FAULT]
+                return cast(
+                    dict[str, Any], failure(0, "tools/call", exc.error.message, fault, modern=modern).body["result"]
+                )
+            await decision.answered(Message({"error": exc.error.model_dump(mode="json", exclude_none=True)}))
             raise
         except BaseException:
             with anyio.CancelScope(shield=True):
-                await judge.dropped(decision)
+                await decision.dropped()
             raise
-        changed = await judge.finish(decision, result)
-        return for_era(ctx, changed) if changed is not None else result
+        answered = await decision.answered(Message({"result": result}))
+        if answered is None:
+            return cast(
+                dict[str, Any],
+                failure(0, "tools/call", replies.WRONG_SHAPE_RESULT, "invalid-result", modern=modern).body["result"],
+            )
+        return for_era(ctx, answered.body["result"])
 
 
-def _trace_of(ctx: Context, params: types.CallToolRequestParams) -> dict[str, object]:
-    """Where the client's trace context may be: the HTTP request's headers, then the request's ``_meta``."""
+def _headers(ctx: Context) -> dict[str, str] | None:
+    """The trace context the HTTP request carried in its headers, for a call whose ``_meta`` has none."""
     headers = getattr(ctx.request, "headers", None)
-    found: dict[str, object] = {}
-    if headers is not None:
-        found.update({key: value for key in CARRIER_KEYS if (value := headers.get(key)) is not None})
-    found.update(params.meta or {})
-    return found
+    if headers is None:
+        return None
+    return {key: value for key in CARRIER_KEYS if (value := headers.get(key)) is not None} or None

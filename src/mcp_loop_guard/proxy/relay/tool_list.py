@@ -7,6 +7,7 @@ so the client can be told when the new child has other tools.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from mcp_loop_guard.plan import Limits
@@ -27,7 +28,7 @@ class ToolList:
         self.listed: list[Any] | None = None
         """The tools the client was last given (all pages), to tell it when a restarted upstream has others."""
 
-    async def annotations(self, tool: str, params: dict[str, Any]) -> dict[str, Any] | None:
+    async def annotations(self, tool: str, params: Mapping[str, Any]) -> dict[str, Any] | None:
         """The tool's annotations; the first call before any tools/list fetches the list itself.
 
         The guard's own request carries the client's 2026-07-28 envelope (protocol version,

@@ -12,6 +12,7 @@ from typing import Any, Final
 
 from mcp_loop_guard.core.model import Action, Verdict
 from mcp_loop_guard.core.policy import Policy
+from mcp_loop_guard.proxy.wire.eras import SERVER_INFO_META_KEY
 
 MARKER: Final = "[loop-guard]"
 """Every text the guard adds starts with this, so clients and inner guards can recognise it."""
@@ -82,8 +83,7 @@ def refused(verdict: Verdict, policy: Policy) -> dict[str, Any]:
     return _with_meta(result, verdict, policy)
 
 
-SERVER_INFO = "io.modelcontextprotocol/serverInfo"
-"""The ``_meta`` key naming the server on every 2026-07-28 result."""
+SERVER_INFO = SERVER_INFO_META_KEY
 
 
 def complete(result: dict[str, Any], *, modern: bool, server_info: object = None) -> dict[str, Any]:

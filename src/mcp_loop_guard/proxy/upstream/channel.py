@@ -1,24 +1,52 @@
-"""What the message relay needs of its upstream, whatever carries the messages: a child's stdio or HTTP."""
+"""An upstream as the message relay sees it, whatever carries the messages: a channel, and who receives from it.
+
+A :class:`Channel` is a child's stdio (:mod:`.stdio`), a share of a child the sessions of an
+HTTP guard share (:mod:`.mux_view`), a streamable HTTP server (:mod:`.http_lines`), a legacy
+SSE server (:mod:`.sse_lines`), or several of them as one (:mod:`.router`). What a channel
+hears goes to its :class:`Receiver`: the relay, or the router it is a member of.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, Protocol
 
 import anyio
 import anyio.abc
 
+from mcp_loop_guard.config import ServerSpec
 from mcp_loop_guard.proxy.wire.lines import Oversized
-from mcp_loop_guard.proxy.wire.messages import BadLine, Message, own_request_id
+from mcp_loop_guard.proxy.wire.messages import BadLine, Message, RequestId, own_request_id
 
-__all__ = ["Channel", "Incoming", "OwnRequests", "UpstreamDownError"]
+__all__ = ["Channel", "Incoming", "OwnRequests", "Receiver", "UpstreamDownError"]
 
-Incoming = Callable[[Message | BadLine | Oversized], Awaitable[None]]
+Item = Message | BadLine | Oversized
+Incoming = Callable[[Item], Awaitable[None]]
 """Where the upstream's messages go (the relay's ``from_upstream``)."""
 
 
 class UpstreamDownError(Exception):
     """The upstream cannot take a message now; the text says why (exit status, backoff, unreachable)."""
+
+
+class Receiver(Protocol):
+    """Who hears what a channel's upstream says, and what becomes of it (the relay, or a router)."""
+
+    async def from_upstream(self, item: Item) -> None:
+        """One message (or an oversized or broken one) from the upstream."""
+        ...
+
+    async def upstream_lost(self, reason: str) -> None:
+        """The upstream went away: every request in flight on the channel gets ``reason``."""
+        ...
+
+    async def upstream_failed(self, ident: RequestId, reason: str) -> None:
+        """The upstream will not answer one request (it broke off or refused it)."""
+        ...
+
+    async def upstream_restarted(self) -> None:
+        """A new upstream (a restarted child, a reopened session) serves the client's session from now on."""
+        ...
 
 
 class Channel(Protocol):
@@ -33,6 +61,10 @@ class Channel(Protocol):
     @property
     def label(self) -> str:
         """How messages name the upstream (its command, or its URL without secrets)."""
+        ...
+
+    def label_for(self, ident: RequestId) -> str:
+        """How messages name the upstream a client request went to (a router's member; else :attr:`label`)."""
         ...
 
     def down_reason(self) -> str | None:
@@ -57,6 +89,10 @@ class Channel(Protocol):
 
     def learn_tools(self, tools: list[Any]) -> None:
         """The tools the upstream listed (a transport may need their schemas to route calls)."""
+        ...
+
+    async def reconfigure(self, servers: Sequence[ServerSpec]) -> str | None:
+        """A config reload: take ``servers`` from now on; None, or why it cannot be done without a restart."""
         ...
 
     def end_input(self) -> None:

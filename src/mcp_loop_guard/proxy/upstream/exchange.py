@@ -14,7 +14,8 @@ from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from urllib.parse import urljoin, urlsplit
 
-from mcp_loop_guard.config import HttpServer
+from mcp_loop_guard.config import HttpServer, ServerSpec
+from mcp_loop_guard.core import replies
 from mcp_loop_guard.proxy.upstream.http11 import Http11Error, Http11Pool, Response
 from mcp_loop_guard.proxy.upstream.tls import CONNECT_TIMEOUT, tls_context
 from mcp_loop_guard.proxy.wire.header_text import UnsafeHeaderError
@@ -22,7 +23,14 @@ from mcp_loop_guard.trace_context import checked_headers
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["FORWARDED_REQUEST_HEADERS", "HttpExchange", "Response", "UpstreamHttpError", "forwarded_response_headers"]
+__all__ = [
+    "FORWARDED_REQUEST_HEADERS",
+    "HttpExchange",
+    "Response",
+    "UpstreamHttpError",
+    "forwarded_response_headers",
+    "retarget",
+]
 
 FORWARDED_REQUEST_HEADERS = frozenset({b"accept", b"content-type", b"last-event-id", b"traceparent", b"tracestate"})
 """What of a client's request reaches the upstream, besides MCP's own ``Mcp-*`` headers (the session, the
@@ -147,6 +155,20 @@ class HttpExchange:
         ):
             return None
         return (moved.path or "/") + (f"?{moved.query}" if moved.query else "")
+
+
+def retarget(current: HttpServer, servers: Sequence[ServerSpec], exchange: HttpExchange) -> HttpServer | str:
+    """A config reload of a relay of one HTTP server: the same endpoint with new headers, else why not.
+
+    The headers go with the next request (a rotated token); another URL or transport needs a restart.
+    """
+    spec = servers[0] if len(servers) == 1 else None
+    if not isinstance(spec, HttpServer):
+        return replies.ONE_AND_SEVERAL if len(servers) > 1 else replies.OTHER_SERVERS
+    if spec.url != current.url or spec.transport != current.transport:
+        return replies.OTHER_URL
+    exchange.use_headers(spec.headers)
+    return spec
 
 
 def _with_identity(headers: Mapping[str, str]) -> dict[str, str]:

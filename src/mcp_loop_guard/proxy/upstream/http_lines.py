@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Awaitable, Callable, Coroutine
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -23,9 +23,10 @@ import anyio
 import anyio.abc
 
 from mcp_loop_guard import codec
-from mcp_loop_guard.config import HttpServer
-from mcp_loop_guard.proxy.upstream.channel import Incoming, OwnRequests, UpstreamDownError
-from mcp_loop_guard.proxy.upstream.exchange import HttpExchange, Response, UpstreamHttpError
+from mcp_loop_guard.config import HttpServer, ServerSpec
+from mcp_loop_guard.core import replies
+from mcp_loop_guard.proxy.upstream.channel import OwnRequests, Receiver, UpstreamDownError
+from mcp_loop_guard.proxy.upstream.exchange import HttpExchange, Response, UpstreamHttpError, retarget
 from mcp_loop_guard.proxy.upstream.http_answers import EVENTS, JSON, Resume, drain, read_messages
 from mcp_loop_guard.proxy.upstream.http_headers import ParamHeaders, routing_headers
 from mcp_loop_guard.proxy.upstream.http_streams import HttpStreams
@@ -42,8 +43,6 @@ _CONTENT = (b"content-type", JSON)
 
 HOLD = 10.0
 """Seconds a notification or response may hold up the next message while the server takes it."""
-Failure = Callable[[RequestId, str], Awaitable[None]]
-"""Answers a client request the upstream will not: its id and why."""
 
 
 class HttpLines(HttpStreams):
@@ -52,19 +51,15 @@ class HttpLines(HttpStreams):
     def __init__(
         self,
         spec: HttpServer,
-        on_message: Incoming,
-        on_failure: Failure,
+        receiver: Receiver,
         *,
-        on_restart: Callable[[], Coroutine[Any, Any, None]] | None = None,
         max_bytes: int,
         handshake_timeout: float,
     ) -> None:
-        """``on_failure`` answers a client request the upstream could not be asked or broke off."""
+        """What the server says goes to ``receiver``, with the requests it could not be asked or broke off."""
         self.spec = spec
         self.exchange = HttpExchange(spec)
-        self.on_message = on_message
-        self.on_failure = on_failure
-        self.on_restart = on_restart
+        self.receiver = receiver
         self.max_bytes = max_bytes
         self.handshake_timeout = handshake_timeout
         self.initialize: dict[str, Any] | None = None
@@ -92,6 +87,10 @@ class HttpLines(HttpStreams):
         """How messages name the upstream: its server's name (never its URL, whose path may hold a key)."""
         return f"`{self.spec.name}`"
 
+    def label_for(self, ident: RequestId) -> str:
+        """Every request goes to the one server."""
+        return self.label
+
     def down_reason(self) -> str | None:
         """Why the last message could not reach the upstream, until one does again."""
         return self._down_reason or None
@@ -107,6 +106,14 @@ class HttpLines(HttpStreams):
             with anyio.CancelScope(shield=True), anyio.move_on_after(2.0):
                 await self._end_session()
                 await self.exchange.aclose()
+
+    async def reconfigure(self, servers: Sequence[ServerSpec]) -> str | None:
+        """A config reload: the same server with new headers applies at the next request; another needs a restart."""
+        found = retarget(self.spec, servers, self.exchange)
+        if isinstance(found, str):
+            return found
+        self.spec = found
+        return None
 
     def learn_tools(self, tools: list[Any]) -> None:
         """Keep the tools' ``Mcp-Param-*`` declarations, for 2026-07-28 calls."""
@@ -161,7 +168,7 @@ class HttpLines(HttpStreams):
             if not sending.returned and not sending.released.is_set():
                 sending.failure = str(error)  # the caller raises it
             elif ident is not None:
-                await self.on_failure(ident, str(error))
+                await self.receiver.upstream_failed(ident, str(error))
         except UnsafeHeaderError as error:  # the message reader refuses such client text first
             logger.warning("refused to send a %r upstream: %s", (message.method or "")[:80], error)
             await self._answers_none(message, ident, f"was not sent the request: {error}")
@@ -189,7 +196,7 @@ class HttpLines(HttpStreams):
                 sent()
                 await self._answers(response, message, ident)
                 return
-        await self._answers_none(message, ident, "the upstream does not know its own session (HTTP 404)")
+        await self._answers_none(message, ident, replies.FORGOT_SESSION)
 
     def _headers(self, message: Message) -> list[tuple[bytes, bytes]]:
         headers = [_ACCEPT, _CONTENT]
@@ -234,11 +241,11 @@ class HttpLines(HttpStreams):
     async def _answers_none(self, message: Message, ident: RequestId | None, why: str) -> None:
         if ident is None:
             return
-        reason = f"upstream {self.label} {why}"
+        reason = replies.upstream(self.label, why)
         if ident in self._own:
             self._own.give_up(ident)
         else:
-            await self.on_failure(ident, reason)
+            await self.receiver.upstream_failed(ident, reason)
 
     async def _take(self, item: Message | Oversized, sent: Message | None = None) -> None:
         handshake = False
@@ -250,7 +257,7 @@ class HttpLines(HttpStreams):
                 self.version = version.encode() if isinstance(version, str) else None
             if self._own.answered(item):
                 return
-        await self.on_message(item)
+        await self.receiver.from_upstream(item)
         release = self._handshaken
         if handshake and release is not None:
             self._handshaken = None
@@ -288,8 +295,8 @@ class HttpLines(HttpStreams):
             if self.initialized is not None:
                 await self._exchange(Message({"jsonrpc": "2.0", "method": "notifications/initialized"}), None, _nothing)
             self.restarts += 1
-            if self.on_restart is not None and self._tg is not None:
-                self._tg.start_soon(self.on_restart)
+            if self._tg is not None:
+                self._tg.start_soon(self.receiver.upstream_restarted)
 
 
 @dataclass
@@ -299,7 +306,7 @@ class _Sending:
     released: anyio.Event
     failure: str | None = None
     returned: bool = False
-    """The sender stopped waiting: a later failure is the relay's to report (``on_failure``)."""
+    """The sender stopped waiting: a later failure is the receiver's to report (``upstream_failed``)."""
 
 
 def _nothing() -> None:
@@ -307,9 +314,6 @@ def _nothing() -> None:
 
 
 def _no_answer(response: Response) -> str:
-    status = response.status_code
-    if status in (401, 403):
-        return f"refused the request (HTTP {status}: give its credentials with --header or the config's headers)"
     if not response.is_success:
-        return f"refused the request (HTTP {status})"
-    return "ended its answer without a response to the request"
+        return replies.http_refused(response.status_code)
+    return replies.NO_RESPONSE_IN_ANSWER

@@ -30,6 +30,7 @@ from typing import Any, Protocol
 import anyio
 import anyio.abc
 
+from mcp_loop_guard.core import replies
 from mcp_loop_guard.proxy.upstream.channel import OwnRequests, UpstreamDownError
 from mcp_loop_guard.proxy.upstream.child import ChildProcess
 from mcp_loop_guard.proxy.wire import messages as wire
@@ -171,10 +172,7 @@ class Mux:
             self._asked[ident] = asking[0]
             await self._deliver(asking[0], message)
             return
-        why = "several clients have requests in flight" if asking else "no client has a request in flight"
-        refusal = wire.error(
-            message.id, wire.INVALID_REQUEST, f"cannot route this request from a shared upstream: {why}"
-        )
+        refusal = wire.error(message.id, wire.INVALID_REQUEST, replies.cannot_route(bool(asking)))
         await self.write(refusal.line())
 
     async def _notification(self, message: Message) -> None:
@@ -224,7 +222,7 @@ class Mux:
         try:
             await self.child.write(line)
         except OSError as error:
-            stopped = f"upstream `{self.child.label}` stopped reading its input ({error.strerror or error})"
+            stopped = replies.upstream(f"`{self.child.label}`", replies.stopped_reading(error.strerror or error))
             raise UpstreamDownError(stopped) from None
 
     async def from_primary(

@@ -7,13 +7,15 @@ of the guard's own, and what it subscribes to decides which resource updates rea
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import anyio
 import anyio.abc
 
-from mcp_loop_guard.proxy.upstream.channel import Incoming, UpstreamDownError
+from mcp_loop_guard.config import ServerSpec
+from mcp_loop_guard.core import replies
+from mcp_loop_guard.proxy.upstream.channel import Receiver, UpstreamDownError
 from mcp_loop_guard.proxy.upstream.mux import Item, Mux
 from mcp_loop_guard.proxy.wire import messages as wire
 from mcp_loop_guard.proxy.wire.eras import HANDSHAKE_PROTOCOL_VERSIONS
@@ -34,12 +36,11 @@ class MuxView:
     def __init__(
         self,
         label: str,
-        on_message: Incoming,
-        on_gone: Callable[[str], Awaitable[None]],
+        receiver: Receiver,
         on_tools: Callable[[list[Any]], None] | None = None,
         current: Callable[[], Mux | None] = lambda: None,
     ) -> None:
-        """``on_message`` takes what is the session's; ``on_gone(reason)`` fails its requests in flight.
+        """What is the session's goes to ``receiver`` (the child's death too: its requests in flight fail).
 
         ``on_tools`` is told the tools the child lists (metrics may name them); ``current()``
         is the child serving now, if any (the view attaches to it when it has none).
@@ -47,19 +48,22 @@ class MuxView:
         self._label = label
         self.on_tools = on_tools
         self.current = current
-        self.on_message = on_message
-        self.on_gone = on_gone
+        self.receiver = receiver
         self.mux: Mux | None = None
         self.open: dict[RequestId, str] = {}
         """The client's requests waiting for the child: client id -> our id."""
         self.tokens: dict[RequestId, str] = {}
         self.subscribed: set[object] = set()
-        self.down = "the upstream is not connected yet"
+        self.down = replies.NOT_CONNECTED_YET
         self.restarts = 0
 
     @property
     def label(self) -> str:
         """How messages name the upstream: its command."""
+        return self._label
+
+    def label_for(self, ident: RequestId) -> str:
+        """Every request goes to the one child."""
         return self._label
 
     def down_reason(self) -> str | None:
@@ -81,6 +85,10 @@ class MuxView:
         if self.on_tools is not None:
             self.on_tools(tools)
 
+    async def reconfigure(self, servers: Sequence[ServerSpec]) -> str | None:
+        """Nothing to do here: the shared child is replaced by whoever supervises it."""
+        return None
+
     def leave(self) -> None:
         """The session ended: the child forgets this share (its requests in flight included)."""
         if self.mux is not None:
@@ -96,14 +104,14 @@ class MuxView:
         """Something of the session's, from the child."""
         if isinstance(item, Message) and item.is_response and item.id is not None and self.mux is not None:
             self.mux.answered(self, item.id)
-        await self.on_message(item)
+        await self.receiver.from_upstream(item)
 
     async def gone(self, reason: str) -> None:
         """The child died under this session."""
         self.down = reason
         self.open.clear()
         self.tokens.clear()
-        await self.on_gone(reason)
+        await self.receiver.upstream_lost(reason)
 
     async def send_message(self, message: Message) -> None:
         """A client message for the child.
@@ -145,15 +153,15 @@ class MuxView:
         ident = message.id
         assert ident is not None
         if mux.identity is None:
-            answer = wire.error(ident, wire.INTERNAL_ERROR, f"upstream {self.label} did not complete its handshake")
-            await self.on_message(answer)
+            answer = wire.error(ident, wire.INTERNAL_ERROR, replies.upstream(self.label, replies.NO_HANDSHAKE))
+            await self.receiver.from_upstream(answer)
             return
         params = message.body.get("params")
         asked = params.get("protocolVersion") if isinstance(params, dict) else None
         result = dict(mux.identity)
         if isinstance(asked, str) and asked in HANDSHAKE_PROTOCOL_VERSIONS:
             result["protocolVersion"] = asked
-        await self.on_message(wire.result(ident, result))
+        await self.receiver.from_upstream(wire.result(ident, result))
 
     async def _subscription(self, mux: Mux, message: Message, method: str) -> bool:
         """Track what the session subscribes to; True when the answer was given here."""
@@ -166,7 +174,7 @@ class MuxView:
         if any(uri in view.subscribed for view in mux.views):
             ident = message.id
             assert ident is not None
-            await self.on_message(wire.result(ident, {}))  # another session still wants the updates
+            await self.receiver.from_upstream(wire.result(ident, {}))  # another session still wants the updates
             return True
         return False
 

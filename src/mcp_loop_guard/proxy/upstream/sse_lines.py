@@ -12,20 +12,21 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Awaitable, Callable, Coroutine
+from collections.abc import Sequence
 from typing import Any
 from urllib.parse import urljoin, urlsplit
 
 import anyio
 import anyio.abc
 
-from mcp_loop_guard.config import HttpServer
+from mcp_loop_guard.config import HttpServer, ServerSpec
+from mcp_loop_guard.core import replies
 from mcp_loop_guard.proxy.upstream.backoff import Backoff
-from mcp_loop_guard.proxy.upstream.channel import Incoming, OwnRequests, UpstreamDownError
-from mcp_loop_guard.proxy.upstream.exchange import HttpExchange, UpstreamHttpError
+from mcp_loop_guard.proxy.upstream.channel import OwnRequests, Receiver, UpstreamDownError
+from mcp_loop_guard.proxy.upstream.exchange import HttpExchange, UpstreamHttpError, retarget
 from mcp_loop_guard.proxy.upstream.http_answers import EVENTS, JSON, drain
 from mcp_loop_guard.proxy.wire import sse
-from mcp_loop_guard.proxy.wire.messages import Message, parse
+from mcp_loop_guard.proxy.wire.messages import Message, RequestId, parse
 
 __all__ = ["SseLines"]
 
@@ -38,20 +39,16 @@ class SseLines:
     def __init__(
         self,
         spec: HttpServer,
-        on_message: Incoming,
-        on_lost: Callable[[str], Awaitable[None]],
+        receiver: Receiver,
         *,
-        on_restart: Callable[[], Coroutine[Any, Any, None]] | None = None,
         max_bytes: int,
         handshake_timeout: float,
         backoff: Backoff | None = None,
     ) -> None:
-        """``on_lost(reason)``: the session ended; every request in flight is to be answered with ``reason``."""
+        """What the server says goes to ``receiver``; when the session ends, its requests in flight get why."""
         self.spec = spec
         self.exchange = HttpExchange(spec)
-        self.on_message = on_message
-        self.on_lost = on_lost
-        self.on_restart = on_restart
+        self.receiver = receiver
         self.max_bytes = max_bytes
         self.handshake_timeout = handshake_timeout
         self.backoff = backoff or Backoff()
@@ -62,7 +59,7 @@ class SseLines:
         self._open = anyio.Event()
         self._tried = anyio.Event()
         """Set once the first attempt to open the stream succeeded or failed: messages then wait no more."""
-        self._down = "the event stream is not open yet"
+        self._down = replies.STREAM_NOT_OPEN
         self._own = OwnRequests()
         self._order = anyio.Lock()
         self._streams = 0
@@ -71,6 +68,10 @@ class SseLines:
     def label(self) -> str:
         """How messages name the upstream: its server's name (never its URL, whose path may hold a key)."""
         return f"`{self.spec.name}`"
+
+    def label_for(self, ident: RequestId) -> str:
+        """Every request goes to the one server."""
+        return self.label
 
     def down_reason(self) -> str | None:
         """Why no message can go now, or None while the session is open."""
@@ -95,7 +96,7 @@ class SseLines:
         async with anyio.create_task_group() as tg:  # the handshake replayed to a reopened session runs beside it
             try:
                 await self._read(tg)
-                reason = f"upstream {self.label} closed its event stream"
+                reason = replies.upstream(self.label, replies.STREAM_CLOSED)
             except UpstreamHttpError as error:
                 reason = str(error)
             tg.cancel_scope.cancel()
@@ -127,14 +128,14 @@ class SseLines:
                 logger.warning("upstream %s sent an event that is no JSON-RPC message; ignored", self.label)
             return
         if not self._own.answered(item):
-            await self.on_message(item)
+            await self.receiver.from_upstream(item)
 
     def _opened(self, endpoint: str, tg: anyio.abc.TaskGroup) -> None:
         """The server named where messages go: the session is open (again)."""
         url = urljoin(self.spec.url, endpoint)
         here, there = urlsplit(self.spec.url), urlsplit(url)
         if (here.scheme, here.netloc) != (there.scheme, there.netloc):
-            self._down = f"upstream {self.label} named a message endpoint on another origin; not followed"
+            self._down = replies.upstream(self.label, replies.FOREIGN_ENDPOINT)
             logger.warning("%s", self._down)
             return
         self._endpoint = (there.path or "/") + (f"?{there.query}" if there.query else "")
@@ -150,7 +151,7 @@ class SseLines:
         assert self.initialize is not None
         answer = await self._ask("initialize", self.initialize.get("params"), within=self.handshake_timeout)
         if answer is None or "result" not in answer:
-            self._down = f"upstream {self.label} did not complete the handshake again"
+            self._down = replies.upstream(self.label, replies.NO_HANDSHAKE_AGAIN)
             logger.warning("%s", self._down)
             return
         if self.initialized is not None:
@@ -158,8 +159,7 @@ class SseLines:
         self.restarts += 1
         self._open.set()
         logger.info("reopened the session with upstream %s", self.label)
-        if self.on_restart is not None:
-            await self.on_restart()
+        await self.receiver.upstream_restarted()
 
     async def _lost(self, reason: str) -> None:
         self._endpoint = None
@@ -168,7 +168,7 @@ class SseLines:
         self._tried.set()
         self._own.give_up()
         logger.warning("%s; opening it again", reason)
-        await self.on_lost(reason)
+        await self.receiver.upstream_lost(reason)
 
     async def send_message(self, message: Message) -> None:
         """POST one message to the session's endpoint, in order with the ones before it.
@@ -185,13 +185,13 @@ class SseLines:
                 if self._endpoint is not None:
                     await self._open.wait()  # the handshake is being replayed
         if not self._open.is_set():
-            raise UpstreamDownError(f"upstream {self.label} is not connected: {self._down}")
+            raise UpstreamDownError(replies.upstream(self.label, replies.not_connected(self._down)))
         await self._post(message.line().rstrip(b"\n"))
 
     async def _post(self, body: bytes) -> None:
         endpoint = self._endpoint
         if endpoint is None:
-            raise UpstreamDownError(f"upstream {self.label} is not connected: {self._down}")
+            raise UpstreamDownError(replies.upstream(self.label, replies.not_connected(self._down)))
         headers = [(b"content-type", JSON), (b"accept", JSON + b", " + EVENTS)]
         async with self._order:
             try:
@@ -199,7 +199,7 @@ class SseLines:
                     await drain(response)
                     if not response.is_success:
                         status = response.status_code
-                        raise UpstreamDownError(f"upstream {self.label} answered HTTP {status} to a message")
+                        raise UpstreamDownError(replies.upstream(self.label, replies.http_refused(status)))
             except UpstreamHttpError as error:
                 raise UpstreamDownError(str(error)) from None
 
@@ -225,6 +225,14 @@ class SseLines:
             )
         except UpstreamDownError:
             return None
+
+    async def reconfigure(self, servers: Sequence[ServerSpec]) -> str | None:
+        """A config reload: the same server with new headers applies at the next request; another needs a restart."""
+        found = retarget(self.spec, servers, self.exchange)
+        if isinstance(found, str):
+            return found
+        self.spec = found
+        return None
 
     def learn_tools(self, tools: list[Any]) -> None:
         """Nothing to learn: every message goes the same way."""

@@ -17,20 +17,21 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Awaitable, Callable, Coroutine
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import anyio
 import anyio.abc
 
-from mcp_loop_guard.config import StdioServer
+from mcp_loop_guard.config import ServerSpec, StdioServer
+from mcp_loop_guard.core import replies
 from mcp_loop_guard.proxy.upstream.backoff import Backoff
-from mcp_loop_guard.proxy.upstream.channel import Incoming, UpstreamDownError
+from mcp_loop_guard.proxy.upstream.channel import Receiver, UpstreamDownError
 from mcp_loop_guard.proxy.upstream.child import ChildProcess, UpstreamStartError, spawn
 from mcp_loop_guard.proxy.wire.feed import feed_lines
 from mcp_loop_guard.proxy.wire.lines import LineReader, Oversized
-from mcp_loop_guard.proxy.wire.messages import Message, own_request_id, parse
+from mcp_loop_guard.proxy.wire.messages import Message, RequestId, own_request_id, parse
 
 logger = logging.getLogger(__name__)
 
@@ -56,20 +57,22 @@ class StdioUpstream:
     def __init__(
         self,
         spec: StdioServer,
-        on_message: Incoming,
-        on_exit: Callable[[ChildProcess], Awaitable[None]],
+        receiver: Receiver,
         *,
-        on_restart: Callable[[], Coroutine[Any, Any, None]] | None = None,
         max_bytes: int,
         first: ChildProcess | None = None,
         handshake_timeout: float = HANDSHAKE_TIMEOUT,
         backoff: Backoff | None = None,
+        lenient: bool = False,
     ) -> None:
-        """``first``: a child already started (at process start, before the event loop)."""
+        """``first``: a child already started (at process start, before the event loop).
+
+        ``lenient``: a command that cannot start at first is reported and tried again at the
+        next message (one of several servers), instead of failing :meth:`run`.
+        """
         self.spec = spec
-        self.on_message = on_message
-        self.on_exit = on_exit
-        self.on_restart = on_restart
+        self.receiver = receiver
+        self.lenient = lenient
         self.max_bytes = max_bytes
         self.child = first
         self.handshake_timeout = handshake_timeout
@@ -93,14 +96,28 @@ class StdioUpstream:
         """How messages name the upstream: its server's name (its command line is for the log only)."""
         return f"`{self.spec.public_name}`"
 
+    def label_for(self, ident: RequestId) -> str:
+        """Every request goes to the one child."""
+        return self.label
+
     async def run(self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
-        """Serve the child (and its successors) until cancelled; stop the last one on the way out."""
+        """Serve the child (and its successors) until cancelled; stop the last one on the way out.
+
+        Raises:
+            UpstreamStartError: the command cannot be started (unless ``lenient``).
+        """
         try:
             async with anyio.create_task_group() as tg:
                 self._tg = tg
                 if self.child is None:
-                    self.child = self._spawn()
-                tg.start_soon(self._serve, self.child)
+                    try:
+                        self.child = self._spawn()
+                    except UpstreamStartError as error:
+                        if not self.lenient:
+                            raise
+                        self._start_failed(error)
+                if self.child is not None:
+                    tg.start_soon(self._serve, self.child)
                 task_status.started()
                 await anyio.sleep_forever()
         finally:
@@ -130,7 +147,7 @@ class StdioUpstream:
         for own in self._own.values():
             if own.child is child:
                 own.done.set()
-        await self.on_exit(child)
+        await self.receiver.upstream_lost(self.down_reason() or replies.upstream(self.label, child.describe_exit()))
 
     async def _take(self, line: bytes | Oversized) -> None:
         parsed = line if isinstance(line, Oversized) else parse(line)
@@ -145,13 +162,13 @@ class StdioUpstream:
                 own.answer = parsed.body
                 own.done.set()
                 return
-        await self.on_message(parsed)
+        await self.receiver.from_upstream(parsed)
 
     async def _watch_input(self, child: ChildProcess) -> None:
         """Stop the child once it asks without reading (see the module's text): a crash, from that moment."""
         await child.input_stuck(STUCK_SECONDS, lambda since: self._asked_at > since)
         if child is self.child:
-            self._failed(f"read none of its input for {STUCK_SECONDS:g}s while sending requests, and was stopped")
+            self._failed(replies.stuck(STUCK_SECONDS))
         child.from_child.close()  # the rest of its flood is not read: its calls are answered now, with the reason
         await child.stop(eof_grace=0)
 
@@ -163,7 +180,7 @@ class StdioUpstream:
     def _failed(self, how: str) -> None:
         """The child is gone (``how``): no new one before the backoff delay, and messages fail with the reason."""
         self._failures += 1
-        self._down_reason = f"upstream {self.label} {how}"
+        self._down_reason = replies.upstream(self.label, how)
         delay = self.backoff.delay(self._failures)
         self._retry_at = anyio.current_time() + delay
         logger.warning("%s; it is started again on the next request, no sooner than in %.1fs", self._down_reason, delay)
@@ -202,8 +219,15 @@ class StdioUpstream:
             await child.write(line)
         except OSError as error:
             raise UpstreamDownError(
-                f"upstream {self.label} stopped reading its input ({error.strerror or error})"
+                replies.upstream(self.label, replies.stopped_reading(error.strerror or error))
             ) from None
+
+    async def reconfigure(self, servers: Sequence[ServerSpec]) -> str | None:
+        """A config reload: the one server's new command replaces the old one (see :meth:`replace`)."""
+        if len(servers) != 1 or not isinstance(servers[0], StdioServer):
+            return replies.ONE_AND_SEVERAL if len(servers) > 1 else replies.OTHER_SERVERS
+        await self.replace(servers[0])
+        return None
 
     async def replace(self, spec: StdioServer) -> None:
         """Run another command from now on (a config reload): stop the child, start the new one at once.
@@ -214,7 +238,7 @@ class StdioUpstream:
         async with self._lock:
             old, self.spec = self.child, spec
             self._failures, self._retry_at = 0, 0.0
-            self._down_reason = f"upstream {self.label} was replaced by a config reload"
+            self._down_reason = replies.upstream(self.label, replies.REPLACED)
             if old is not None:
                 await old.stop(eof_grace=0.2)
         try:
@@ -234,10 +258,7 @@ class StdioUpstream:
             try:
                 child = self._spawn()
             except UpstreamStartError as error:
-                logger.warning("%s (command: `%s`)", error, error.command_line)
-                self._failures += 1
-                self._down_reason = str(error)
-                self._retry_at = anyio.current_time() + self.backoff.delay(self._failures)
+                self._start_failed(error)
                 raise UpstreamDownError(str(error)) from None
             self.child = child
             self._down_reason = ""
@@ -248,9 +269,15 @@ class StdioUpstream:
                 await self._replay(child)
             logger.info("restarted upstream %s", self.label)
             self._failures = 0
-            if self.on_restart is not None:
-                self._tg.start_soon(self.on_restart)
+            self._tg.start_soon(self.receiver.upstream_restarted)
             return child
+
+    def _start_failed(self, error: UpstreamStartError) -> None:
+        """The command could not be started: no new attempt before the backoff delay."""
+        logger.warning("%s (command: `%s`)", error, error.command_line)
+        self._failures += 1
+        self._down_reason = str(error)
+        self._retry_at = anyio.current_time() + self.backoff.delay(self._failures)
 
     async def _replay(self, child: ChildProcess) -> None:
         """Repeat the client's handshake to a new child, so the client's session goes on."""
@@ -258,8 +285,8 @@ class StdioUpstream:
         params = self.initialize.get("params")
         answer = await self.request("initialize", params, within=self.handshake_timeout, child=child)
         if answer is None or "result" not in answer:
-            why = child.describe_exit() if child.exited.is_set() else "did not complete the handshake again"
-            self._down_reason = f"upstream {self.label} {why}"
+            why = child.describe_exit() if child.exited.is_set() else replies.NO_HANDSHAKE_AGAIN
+            self._down_reason = replies.upstream(self.label, why)
             raise UpstreamDownError(self._down_reason)
         if self.initialized is not None:
             await child.write(self.initialized)

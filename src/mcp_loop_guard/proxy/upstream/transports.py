@@ -7,7 +7,7 @@ message (or is over the size limit) is answered or skipped rather than breaking 
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from contextlib import AsyncExitStack, asynccontextmanager, suppress
 
 import anyio
@@ -193,7 +193,9 @@ async def open_view_upstream(spec: StdioServer, mux: Mux, *, max_bytes: int) -> 
     def current() -> Mux | None:
         return mux if mux.closed is None else None
 
-    view = MuxView(f"`{mux.child.label}`", _ToSession(mux.child, read_send, max_bytes), gone, current=current)
+    view = MuxView(
+        f"`{mux.child.label}`", _ViewReceiver(_ToSession(mux.child, read_send, max_bytes), gone), current=current
+    )
     mux.attach(view)
     async with anyio.create_task_group() as tg:
         tg.start_soon(_pump_view, view, write_receive)
@@ -205,6 +207,25 @@ async def open_view_upstream(spec: StdioServer, mux: Mux, *, max_bytes: int) -> 
             view.leave()
             read_send.close()
             tg.cancel_scope.cancel()
+
+
+class _ViewReceiver:
+    """What the shared child sends the SDK's session on it, and the child's end."""
+
+    def __init__(self, to_session: _ToSession, gone: Callable[[str], Awaitable[None]]) -> None:
+        self.to_session, self.gone = to_session, gone
+
+    async def from_upstream(self, item: Message | wire.BadLine | Oversized) -> None:
+        await self.to_session(item)
+
+    async def upstream_lost(self, reason: str) -> None:
+        await self.gone(reason)
+
+    async def upstream_failed(self, ident: object, reason: str) -> None:
+        """A shared child fails no single request of the SDK's session."""
+
+    async def upstream_restarted(self) -> None:
+        """A restarted child is another session of the SDK's (see :class:`~.pool.Slot`)."""
 
 
 @asynccontextmanager

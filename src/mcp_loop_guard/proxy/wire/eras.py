@@ -10,11 +10,13 @@ from __future__ import annotations
 from typing import Final
 
 __all__ = [
+    "CACHEABLE_METHODS",
     "CLIENT_CAPABILITIES_META_KEY",
     "CLIENT_INFO_META_KEY",
     "HANDSHAKE_PROTOCOL_VERSIONS",
     "MODERN_PROTOCOL_VERSIONS",
     "PROTOCOL_VERSION_META_KEY",
+    "SERVER_INFO_META_KEY",
 ]
 
 HANDSHAKE_PROTOCOL_VERSIONS: Final = ("2024-11-05", "2025-03-26", "2025-06-18", "2025-11-25")
@@ -24,3 +26,9 @@ MODERN_PROTOCOL_VERSIONS: Final = ("2026-07-28",)
 PROTOCOL_VERSION_META_KEY: Final = "io.modelcontextprotocol/protocolVersion"
 CLIENT_INFO_META_KEY: Final = "io.modelcontextprotocol/clientInfo"
 CLIENT_CAPABILITIES_META_KEY: Final = "io.modelcontextprotocol/clientCapabilities"
+SERVER_INFO_META_KEY: Final = "io.modelcontextprotocol/serverInfo"
+"""The ``_meta`` key naming the server on every 2026-07-28 result."""
+CACHEABLE_METHODS: Final = frozenset(
+    {"resources/list", "prompts/list", "resources/read", "resources/templates/list", "server/discover", "tools/list"}
+)
+"""The methods whose 2026-07-28 results carry freshness hints (``ttlMs``, ``cacheScope``)."""

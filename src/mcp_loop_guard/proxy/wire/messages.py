@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from mcp_loop_guard import codec
+from mcp_loop_guard.core import replies
 from mcp_loop_guard.proxy.wire.eras import PROTOCOL_VERSION_META_KEY
 from mcp_loop_guard.proxy.wire.header_text import has_control
 
@@ -173,17 +174,17 @@ def parse(line: bytes) -> Message | BadLine | None:  # noqa: PLR0911 - one retur
     try:
         body = codec.loads(line)
     except RecursionError:
-        return _invalid(top_level_id(line), "nested too deeply to read")
+        return _invalid(top_level_id(line), replies.TOO_DEEP)
     except ValueError:
-        return BadLine("invalid JSON", error(None, PARSE_ERROR, "Parse error: the line is not valid JSON"))
+        return BadLine("invalid JSON", error(None, PARSE_ERROR, replies.NOT_JSON))
     if not isinstance(body, dict):
-        return _invalid(None, "not a JSON-RPC 2.0 request or notification (batches are not part of MCP)")
+        return _invalid(None, replies.A_BATCH)
     ident = body.get("id")
     usable = ident if isinstance(ident, str | int) and not isinstance(ident, bool) else None
     if body.get("jsonrpc") != "2.0":
         if "method" not in body and "id" in body:
             return BadLine("malformed response", None, usable)
-        return _invalid(usable, "not a JSON-RPC 2.0 request or notification")
+        return _invalid(usable, replies.NOT_A_MESSAGE)
     if "method" in body:
         return _request(body, line, usable)
     return _response(body, line, usable)
@@ -192,17 +193,17 @@ def parse(line: bytes) -> Message | BadLine | None:  # noqa: PLR0911 - one retur
 def _request(body: dict[str, Any], line: bytes, usable: RequestId | None) -> Message | BadLine:
     method = body["method"]
     if not isinstance(method, str):
-        return _invalid(usable, "the method must be a string")
+        return _invalid(usable, replies.METHOD_NOT_TEXT)
     if "id" in body and usable is None:
-        return _invalid(None, "the id must be a string or an integer")
+        return _invalid(None, replies.ID_NOT_USABLE)
     if has_control(method):
-        return _invalid(usable, "the method holds a control character (CR, LF, NUL...)")
+        return _invalid(usable, replies.METHOD_WITH_CONTROL)
     params = body.get("params")
     if params is not None and not isinstance(params, dict):
-        return _invalid(usable, "params must be an object")
+        return _invalid(usable, replies.PARAMS_NOT_OBJECT)
     if params and _unsafe_version(params):
-        why = f"_meta's {PROTOCOL_VERSION_META_KEY} holds a control character (CR, LF, NUL...)"
-        return BadLine(why, error(usable, INVALID_PARAMS, f"Invalid params: {why}"))
+        why = replies.version_with_control(PROTOCOL_VERSION_META_KEY)
+        return BadLine(why, error(usable, INVALID_PARAMS, replies.invalid_params(why)))
     return Message(body, line)
 
 
@@ -215,14 +216,14 @@ def _unsafe_version(params: dict[str, Any]) -> bool:
 
 def _response(body: dict[str, Any], line: bytes, usable: RequestId | None) -> Message | BadLine:
     if "id" not in body:
-        return _invalid(None, "not a JSON-RPC 2.0 request or notification")
+        return _invalid(None, replies.NOT_A_MESSAGE)
     if ("result" not in body and "error" not in body) or ("result" in body and not isinstance(body["result"], dict)):
         return BadLine("malformed response", None, usable)
     return Message(body, line)
 
 
 def _invalid(request_id: RequestId | None, why: str) -> BadLine:
-    return BadLine(why, error(request_id, INVALID_REQUEST, f"Invalid Request: {why}"))
+    return BadLine(why, error(request_id, INVALID_REQUEST, replies.invalid_request(why)))
 
 
 def top_level_id(line: bytes | bytearray) -> RequestId | None:

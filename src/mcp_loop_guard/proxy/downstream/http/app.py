@@ -37,6 +37,8 @@ from mcp_loop_guard.proxy.downstream.http.fronts import (
     muxed_upstream,
     relayed_front,
     relayed_upstream,
+    routed_front,
+    routed_upstreams,
     sdk_front,
 )
 from mcp_loop_guard.proxy.downstream.http.listen import listen
@@ -115,10 +117,7 @@ def build_app(  # noqa: PLR0917 - what the routes serve, all needed
     if settings.transport == "sse":
         from mcp_loop_guard.proxy.downstream.http.session_relay import SessionRelay  # noqa: PLC0415 - loaded already
 
-        if not isinstance(sessions, SessionRelay):
-            from mcp_loop_guard.proxy.downstream.http.sessions import GuardSessions  # noqa: PLC0415 - the SDK's front
-
-            assert isinstance(sessions, GuardSessions)
+        assert isinstance(sessions, SessionRelay), "legacy SSE connections are sessions of a message relay"
         routes.append(Route("/sse", _Raw(sessions.handle_sse)))
         routes.append(Mount("/messages/", app=sessions.handle_messages))
         json_paths = ["/messages"]
@@ -231,8 +230,10 @@ async def _serve(plan: Plan, stop: _Stop, first: ChildProcess | None, sockets: l
                 served = await muxed_front(plan, muxed, first, agents, metrics, tg)
             elif (channeled := channeled_upstream(plan)) is not None:
                 served = await channeled_front(plan, channeled, agents, metrics, tg)
+            elif routed_upstreams(plan):
+                served = await routed_front(plan, agents, metrics, tg)
             else:
-                served = await sdk_front(plan, first, agents, metrics, events, tg)
+                served = await sdk_front(plan, first, agents, metrics, tg)
             sessions, slots = served.sessions, served.slots
             stop.reload = on_sighup(reloader_for(plan, served.reconfigure, tg), tg)
             for slot in list(slots):

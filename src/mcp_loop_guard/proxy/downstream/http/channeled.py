@@ -26,6 +26,7 @@ from mcp_loop_guard.proxy.downstream.http.muxed_sessions import MuxedSession
 from mcp_loop_guard.proxy.downstream.http.session_relay import SessionRelay, Translator
 from mcp_loop_guard.proxy.relay.judge import Judge
 from mcp_loop_guard.proxy.relay.pipe import Pipe
+from mcp_loop_guard.proxy.upstream.channels import opener
 
 __all__ = ["ChanneledRelay"]
 
@@ -68,7 +69,15 @@ class ChanneledRelay(SessionRelay):
         key = self.sessions.key(session)
         loop = agent_loop(self.plan, self.agents.store, self.agents.health, key)
         judge = judge_for(self.plan, loop, label=key, events=self.agents.events, observe=self.agents.observe)
-        pipe = Pipe(self.spec, session.send, judge, limits=self.limits, on_abort=partial(self._aborted, session))
+        aborted = partial(self._aborted, session)
+        pipe = Pipe(
+            opener([self.spec], self.limits),
+            session.send,
+            judge,
+            server=self.spec.name,
+            limits=self.limits,
+            on_abort=aborted,
+        )
         session.pipe = pipe
         connection = anyio.CancelScope()
         session.on_retire = connection.cancel

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import math
+from collections.abc import Mapping
 from typing import Any, Protocol
 
 import anyio
@@ -16,6 +17,7 @@ from starlette.types import Scope, Send
 
 from mcp_loop_guard import codec
 from mcp_loop_guard.config import HttpServer
+from mcp_loop_guard.core import replies
 from mcp_loop_guard.plan import Plan
 from mcp_loop_guard.proxy.downstream.http.middleware import token_of, trace_headers
 from mcp_loop_guard.proxy.downstream.http.relayed_sessions import RelayedSession, RelayedSessions
@@ -28,12 +30,11 @@ from mcp_loop_guard.proxy.downstream.http.replies import (
     learn_tools,
     read_bounded,
 )
-from mcp_loop_guard.proxy.relay.calls import WRONG_SHAPE, bad_call, begin_call, finish_call, refusal_message
-from mcp_loop_guard.proxy.relay.judge import Judge, Pending, Refusal
-from mcp_loop_guard.proxy.relay.tasks import created_task
+from mcp_loop_guard.proxy.relay.judge import Judge
+from mcp_loop_guard.proxy.relay.lifecycle import Call, Refused, begin, cancellation, failure, timed_out, timeout_of
 from mcp_loop_guard.proxy.relay.tool_list import RESERVED_META
 from mcp_loop_guard.proxy.relay.tools import ToolFacts
-from mcp_loop_guard.proxy.relay.verdicts import SERVER_INFO, complete, failed
+from mcp_loop_guard.proxy.relay.verdicts import SERVER_INFO
 from mcp_loop_guard.proxy.upstream.exchange import HttpExchange, Response, UpstreamHttpError, forwarded_response_headers
 from mcp_loop_guard.proxy.wire import messages as wire
 from mcp_loop_guard.proxy.wire import sse
@@ -99,7 +100,7 @@ class Exchange:
         self.message = message
         self.session = session
         self.judge = judge
-        self.pending: Pending | None = None
+        self.call: Call | None = None
         self.started = False
         """The response's head went out (an event stream): a late answer goes as one more event."""
         self.modern = is_modern(self.headers)
@@ -113,30 +114,29 @@ class Exchange:
         """Judge (a tools/call), forward, and relay the answer."""
         message = self.message
         if message is not None and message.is_request and message.method == "tools/call":
-            params: dict[str, Any] = message.body.get("params") or {}
-            assert message.id is not None
-            bad = bad_call(message.id, params)
-            if bad is not None:
-                await json_reply(self.send, 200, bad)
-                return
             assert self.judge is not None
-            annotations = await self._annotations(params)
-            name = self.relay.spec.name
-            decision = await begin_call(self.judge, name, message, params, annotations, carried=self.trace)
-            if isinstance(decision, Refusal):
-                answer = refusal_message(message.id, decision, modern=self.modern, server_info=self.relay.server_info)
-                await json_reply(self.send, 200, answer)
+            decision = await begin(
+                self.judge,
+                self.relay.spec.name,
+                message,
+                annotations=self._annotations,
+                carried=self.trace,
+                modern=self.modern,
+                server_info=self.relay.server_info,
+            )
+            if isinstance(decision, Refused):
+                await json_reply(self.send, 200, decision.answer)
                 if decision.abort:
-                    self.relay.aborted(self.session, params["name"])
+                    self.relay.aborted(self.session, str((message.body.get("params") or {}).get("name")))
                 return
-            self.pending = decision
+            self.call = decision
             if message.raw is None:
                 self.body = message.line()[:-1]
         await self._forward()
 
     def _looks(self) -> bool:
         """Whether the answer must be read: a judged call, a tools/list, a held task's result."""
-        if self.pending is not None or self.method in ("tools/call", "tools/list"):
+        if self.call is not None or self.method in ("tools/call", "tools/list"):
             return True
         if self.method in ("tasks/result", "tasks/cancel") and self.session is not None and self.message is not None:
             return (self.message.body.get("params") or {}).get("taskId") in self.session.tasks
@@ -148,10 +148,10 @@ class Exchange:
         relay.register_stop(stop)
         if self.session is not None:
             self.session.scopes.add(stop)
-        timeout = relay.spec.call_timeout or relay.plan.limits.call_timeout
-        if self.method in ("subscriptions/listen", "tasks/result") or self.message is None:
-            timeout = None
-        self.timer = anyio.CancelScope(deadline=anyio.current_time() + timeout if timeout else math.inf)
+        timeout = timeout_of(self.method, relay.spec.call_timeout or relay.plan.limits.call_timeout)
+        if self.message is None:
+            timeout = math.inf  # a malformed response, relayed for the server to judge
+        self.timer = anyio.CancelScope(deadline=anyio.current_time() + timeout)
         self.timeout = timeout
         try:
             with stop, self.timer:
@@ -169,9 +169,9 @@ class Exchange:
         if self.timer.cancelled_caught:
             await self._timed_out()
         elif relay.stopping():
-            await self._fail("the guard is shutting down; the request was cancelled", "stopping")
+            await self._fail(replies.SHUTTING_DOWN, "stopping")
         else:  # the guard ended the session under the request (aborted by another call, or evicted)
-            await self._fail("the session was ended by the loop guard; the request was cancelled", "ended")
+            await self._fail(replies.SESSION_ENDED, "ended")
 
     async def _note_session(self, response: Response) -> None:
         """An initialize answered with a session id opens a session; every request keeps its MCP headers."""
@@ -241,15 +241,11 @@ class Exchange:
         result = answer.body.get("result")
         if self.modern and isinstance(result, dict) and isinstance(meta := result.get("_meta"), dict):
             self.relay.server_info = meta.get(SERVER_INFO, self.relay.server_info)
-        pending, self.pending = self.pending, None
+        call, self.call = self.call, None
         params = (self.message.body.get("params") or {}) if self.message is not None else {}
-        if pending is not None:
-            assert self.judge is not None
-            task = created_task(result) if isinstance(result, dict) else None
-            if task is not None and self.session is not None:
-                await self.session.tasks.hold(task, pending)  # judged when its result is fetched
-            elif not await finish_call(self.judge, pending, answer):
-                return self._result(failed(WRONG_SHAPE))
+        if call is not None:
+            if await call.answered(answer, self.session.tasks if self.session is not None else None) is None:
+                return self._failure(replies.WRONG_SHAPE_RESULT, "invalid-result")
         elif self.method == "tools/list" and isinstance(result, dict):
             self.relay.facts.note(result.get("tools") or [], first_page="cursor" not in params)
         elif self.method in ("tasks/result", "tasks/cancel") and self.session is not None:
@@ -257,39 +253,31 @@ class Exchange:
         return answer
 
     def _too_large(self) -> str:
-        limit = self.relay.settings.max_message_bytes
-        return f"the upstream's answer is over the limit of {limit} bytes (LOOP_GUARD_MAX_MESSAGE_BYTES); not relayed"
+        return replies.answer_too_large(None, self.relay.settings.max_message_bytes)
 
-    def _result(self, result: dict[str, Any]) -> Message:
+    def _failure(self, reason: str, fault: str) -> Message:
         assert self.message_id is not None
-        return wire.result(self.message_id, complete(result, modern=self.modern, server_info=self.relay.server_info))
+        return failure(
+            self.message_id, self.method, reason, fault, modern=self.modern, server_info=self.relay.server_info
+        )
 
     def _progressed(self) -> None:
         """Anything from the upstream (progress, a server request) restarts the call timeout."""
-        if self.timeout:
-            self.timer.deadline = anyio.current_time() + self.timeout
+        self.timer.deadline = anyio.current_time() + self.timeout
 
     async def judge_dropped(self) -> None:
         """The call ended without an answer the guard could judge: nothing moves."""
-        pending, self.pending = self.pending, None
-        if pending is not None and self.judge is not None:
-            await self.judge.dropped(pending)
+        call, self.call = self.call, None
+        if call is not None:
+            await call.dropped()
 
     async def _timed_out(self) -> None:
-        seconds = self.timeout or 0
-        reason = (
-            f"upstream {self.relay.spec.name!r} sent no answer or progress for {self.method} within {seconds:g}s "
-            "(call timeout); the request was cancelled"
-        )
+        reason = timed_out(f"`{self.relay.spec.name}`", self.method or "", self.timeout)
         if self.message_id is not None:
-            cancel = {
-                "jsonrpc": "2.0",
-                "method": "notifications/cancelled",
-                "params": {"requestId": self.message_id, "reason": "timeout"},
-            }
+            cancel = codec.dumps(cancellation(self.message_id).body)
             with anyio.move_on_after(_LIST_TIMEOUT):
                 try:
-                    async with self.relay.upstream.send("POST", self.headers, codec.dumps(cancel)):
+                    async with self.relay.upstream.send("POST", self.headers, cancel):
                         pass
                 except UpstreamHttpError as error:
                     logger.debug("could not cancel a timed-out request upstream: %s", error)
@@ -304,9 +292,7 @@ class Exchange:
         await self.judge_dropped()
         if self.method == "tools/call":
             logger.warning("tools/call failed: %s", reason)
-            answer = self._result(failed(reason))
-        else:
-            answer = wire.error(self.message_id, wire.INTERNAL_ERROR, reason, {wire.GUARD_FAULT: fault})
+        answer = self._failure(reason, fault)
         if self.started:
             body = sse.encode(codec.dumps(answer.body))
             await self.send({"type": "http.response.body", "body": body, "more_body": False})
@@ -333,7 +319,7 @@ class Exchange:
 
     # --- the guard's own tools/list -----------------------------------------------------------
 
-    async def _annotations(self, params: dict[str, Any]) -> dict[str, Any] | None:
+    async def _annotations(self, name: str, params: Mapping[str, Any]) -> dict[str, Any] | None:
         """The tool's annotations; the first call before any tools/list lists the tools itself."""
         facts = self.relay.facts
         if not facts.listed:
@@ -347,4 +333,4 @@ class Exchange:
             except (TimeoutError, UpstreamHttpError, ValueError) as error:
                 logger.debug("could not list the upstream's tools: %s", error)
                 facts.listed = True  # judged without annotations rather than listed again on every call
-        return facts.annotations(params["name"])
+        return facts.annotations(name)

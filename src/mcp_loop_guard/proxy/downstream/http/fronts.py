@@ -1,7 +1,8 @@
 """Which front of the HTTP guard serves a plan, and how each is made.
 
-The relays need no SDK to start (one HTTP server, one stdio server, one remote server with
-a session per client's); several upstreams are aggregated by the SDK-based sessions.
+The relays need no SDK to start: one HTTP server, one stdio server, one remote server with a
+session per client's, several servers through a router per session. The SDK path serves
+``--stateless`` requests the relays cannot take (several servers, a legacy SSE server).
 """
 
 from __future__ import annotations
@@ -21,14 +22,13 @@ from mcp_loop_guard.proxy.downstream.http.middleware import security_settings
 from mcp_loop_guard.proxy.downstream.http.probe import HttpProbe, SseProbe
 from mcp_loop_guard.proxy.downstream.http.relayed import HttpRelay
 from mcp_loop_guard.proxy.downstream.http.translating import Translating
-from mcp_loop_guard.proxy.relay.events import EventLog
 from mcp_loop_guard.proxy.upstream.child import ChildProcess
 from mcp_loop_guard.proxy.upstream.exchange import HttpExchange
 from mcp_loop_guard.proxy.upstream.health import Supervised
 
 if TYPE_CHECKING:
     from mcp_loop_guard.proxy.downstream.http.session_relay import SessionRelay
-    from mcp_loop_guard.proxy.downstream.http.sessions import GuardSessions
+    from mcp_loop_guard.proxy.downstream.http.sessionless import SessionlessFront
     from mcp_loop_guard.proxy.upstream.pool import Slot
 
 __all__ = [
@@ -39,6 +39,8 @@ __all__ = [
     "muxed_upstream",
     "relayed_front",
     "relayed_upstream",
+    "routed_front",
+    "routed_upstreams",
     "sdk_front",
 ]
 
@@ -60,12 +62,15 @@ def relayed_upstream(plan: Plan) -> HttpServer | None:
 def channeled_upstream(plan: Plan) -> HttpServer | None:
     """The one remote server an HTTP guard relays for each session over an upstream session of its own.
 
-    A legacy SSE server, or a streamable HTTP one in front of legacy SSE clients; not with
-    ``--stateless``, whose requests open no session (the SDK path serves those).
+    A legacy SSE server, or a streamable HTTP one in front of legacy SSE clients (whose
+    connections are sessions, ``--stateless`` or not); not for ``--stateless`` streamable HTTP,
+    whose requests open no session (the SDK path serves those).
     """
     servers = plan.config.servers
     settings = plan.settings
-    if settings.transport not in ("http", "sse") or settings.stateless or len(servers) != 1:
+    if settings.transport not in ("http", "sse") or len(servers) != 1:
+        return None
+    if settings.stateless and settings.transport == "http":
         return None
     spec = servers[0]
     if not isinstance(spec, HttpServer) or (spec.transport != "sse" and settings.transport != "sse"):
@@ -86,11 +91,22 @@ def muxed_upstream(plan: Plan) -> StdioServer | None:
     return spec if isinstance(spec, StdioServer) else None
 
 
+def routed_upstreams(plan: Plan) -> bool:
+    """Several servers behind an HTTP guard whose sessions are its own: each session relayed through a router.
+
+    Not for ``--stateless`` streamable HTTP, whose requests open no session (the SDK path
+    serves those); legacy SSE connections are sessions either way.
+    """
+    settings = plan.settings
+    stateful = settings.transport == "sse" or (settings.transport == "http" and not settings.stateless)
+    return stateful and len(plan.config.servers) > 1
+
+
 @dataclass
 class Served:
     """What serves ``/mcp``, the upstreams ``/readyz`` reports, and how a config reload applies."""
 
-    sessions: GuardSessions | HttpRelay | SessionRelay
+    sessions: SessionlessFront | HttpRelay | SessionRelay
     slots: Sequence[Supervised]
     reconfigure: Callable[[Sequence[ServerSpec]], Awaitable[str | None]]
 
@@ -160,16 +176,23 @@ async def channeled_front(
     return Served(sessions, probes, reconfigure)
 
 
-async def sdk_front(  # noqa: PLR0917 - what the SDK-based fronts are made of
-    plan: Plan,
-    first: ChildProcess | None,
-    agents: Agents,
-    metrics: Metrics,
-    events: EventLog | None,
-    tg: anyio.abc.TaskGroup,
+async def routed_front(plan: Plan, agents: Agents, metrics: Metrics, tg: anyio.abc.TaskGroup) -> Served:
+    """Several servers, each session through a router: no SDK until a 2026-07-28 request comes."""
+    from mcp_loop_guard.proxy.downstream.http.routed import RoutedRelay  # noqa: PLC0415 - only this front needs it
+
+    sessions = RoutedRelay(plan, agents=agents, metrics=metrics, security=security_settings(plan.settings))
+    await sessions.supervise(tg)
+    return Served(sessions, sessions.slots, sessions.reconfigure)
+
+
+async def sdk_front(
+    plan: Plan, first: ChildProcess | None, agents: Agents, metrics: Metrics, tg: anyio.abc.TaskGroup
 ) -> Served:
-    """Several upstreams, aggregated by the SDK: its slots keep them (``first``: a stdio server's child, started)."""
-    from mcp_loop_guard.proxy.downstream.http.sessions import GuardSessions  # noqa: PLC0415
+    """``--stateless`` in front of several servers or one legacy SSE server: the SDK path, its slots keeping them.
+
+    ``first``: a stdio server's child, started.
+    """
+    from mcp_loop_guard.proxy.downstream.http.sessionless import Sessionless, SessionlessFront  # noqa: PLC0415
     from mcp_loop_guard.proxy.downstream.sessions import SessionFactory  # noqa: PLC0415
     from mcp_loop_guard.proxy.upstream.pool import Slot  # noqa: PLC0415
 
@@ -180,7 +203,7 @@ async def sdk_front(  # noqa: PLR0917 - what the SDK-based fronts are made of
     slots = [slot(spec, first if spec is plan.single_stdio else None) for spec in plan.config.servers]
     factory = SessionFactory(plan, slots, on_dropped=metrics.dropped, on_listed=metrics.learn, make_slot=slot)
     security = security_settings(plan.settings)
-    sessions = GuardSessions(plan, factory=factory, agents=agents, metrics=metrics, security=security, events=events)
+    sessions = SessionlessFront(Sessionless(plan, factory=factory, agents=agents, security=security))
     listener = factory.on_slot_change(tg)
     for each in slots:
         each.on_change(listener)

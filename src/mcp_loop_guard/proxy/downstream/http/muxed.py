@@ -33,12 +33,11 @@ from mcp_loop_guard.proxy.downstream.http.translating import Translating
 from mcp_loop_guard.proxy.relay.judge import Judge
 from mcp_loop_guard.proxy.relay.pipe import Pipe
 from mcp_loop_guard.proxy.relay.tools import ToolFacts
+from mcp_loop_guard.proxy.upstream.channel import Receiver
 from mcp_loop_guard.proxy.upstream.child import ChildProcess
 from mcp_loop_guard.proxy.upstream.mux import Mux
 from mcp_loop_guard.proxy.upstream.mux_view import MuxView
 from mcp_loop_guard.proxy.upstream.shared_child import SharedChild
-from mcp_loop_guard.proxy.wire.lines import Oversized
-from mcp_loop_guard.proxy.wire.messages import BadLine, Message
 
 if TYPE_CHECKING:
     from mcp_loop_guard.proxy.downstream.http.sessionless import Sessionless
@@ -155,29 +154,28 @@ class MuxedRelay(SessionRelay):
         spec = slot.spec
         assert isinstance(spec, StdioServer)
 
-        async def to_session(item: Message | BadLine | Oversized) -> None:
-            await pipe.from_upstream(item)
-
-        async def gone(reason: str) -> None:
-            await pipe.upstream_lost(reason)
-
         def listed(tools: list[Any]) -> None:
             self.metrics.learn(spec.name, [tool["name"] for tool in tools if isinstance(tool, dict) and "name" in tool])
 
-        view = MuxView(f"`{spec.public_name}`", to_session, gone, listed, self._serving)
-        view.down = f"upstream `{spec.public_name}` is {slot.status}: {slot.reason}"
+        def share(receiver: Receiver) -> MuxView:
+            view = MuxView(f"`{spec.public_name}`", receiver, listed, self._serving)
+            view.down = f"upstream `{spec.public_name}` is {slot.status}: {slot.reason}"
+            return view
+
         if judge is None:
-            session = self.sessions.new(token, view, kind=kind)
-            session.on_retire = view.leave
+            session = self.sessions.new(token, None, kind=kind)
             key = self.sessions.key(session)
             loop = agent_loop(self.plan, self.agents.store, self.agents.health, key)
             judge = judge_for(self.plan, loop, label=key, events=self.agents.events, observe=self.agents.observe)
         else:
-            session = MuxedSession(b"", token, view, kind=kind)
+            session = MuxedSession(b"", token, None, kind=kind)
         aborted = partial(self._aborted, session)
-        pipe = Pipe(spec, session.send, judge, limits=self.limits, on_abort=aborted, channel=view)
+        pipe = Pipe(share, session.send, judge, server=spec.name, limits=self.limits, on_abort=aborted)
+        assert isinstance(pipe.upstream, MuxView)
         pipe.tools.facts = self.facts  # one child: what one session learnt of its tools holds for all
-        session.pipe = pipe
+        session.pipe, session.view = pipe, pipe.upstream
+        if session.session_id:
+            session.on_retire = pipe.upstream.leave
         return session
 
     def _serving(self) -> Mux | None:

@@ -8,10 +8,12 @@ handshake and its state is the same for clients of both eras.
 from __future__ import annotations
 
 from collections.abc import Callable
+from functools import partial
 
 import anyio
 import anyio.abc
 
+from mcp_loop_guard.config import ServerSpec, StdioServer
 from mcp_loop_guard.metrics import Metrics
 from mcp_loop_guard.plan import Limits, Plan
 from mcp_loop_guard.proxy.downstream.http.agents import Agents
@@ -25,7 +27,7 @@ from mcp_loop_guard.proxy.upstream.pool import PROXY_INFO, SHARED_CAPABILITIES, 
 from mcp_loop_guard.proxy.upstream.shared_child import SharedChild
 from mcp_loop_guard.proxy.upstream.transports import open_view_upstream
 
-__all__ = ["ViewSlot", "shared_translation"]
+__all__ = ["ViewSlot", "routed_translation", "shared_translation"]
 
 WAIT_STEP = 0.05
 """Seconds between looks at the shared child while it is (re)starting."""
@@ -77,3 +79,35 @@ async def shared_translation(  # noqa: PLR0917 - what the SDK path is made of
     await factory.supervise(tg)
     await slot.wait_settled(START_TIMEOUT)
     return Sessionless(plan, factory=factory, agents=agents, security=security)
+
+
+async def routed_translation(  # noqa: PLR0917 - what the SDK path is made of
+    plan: Plan,
+    child: Callable[[str], SharedChild | None],
+    agents: Agents,
+    metrics: Metrics,
+    security: HostRules,
+    tg: anyio.abc.TaskGroup,
+) -> Sessionless:
+    """The SDK path in front of several servers: the stdio ones' shared children (``child(name)``), the rest its own."""
+
+    def slot(spec: ServerSpec) -> Slot:
+        if isinstance(spec, StdioServer):
+            return ViewSlot(partial(_found, child, spec.name), plan.limits)
+        return Slot(spec, shared=False, limits=plan.limits)
+
+    slots = [slot(spec) for spec in plan.config.servers]
+    factory = SessionFactory(plan, slots, on_dropped=metrics.dropped, on_listed=metrics.learn, make_slot=slot)
+    listener = factory.on_slot_change(tg)
+    for each in slots:
+        each.on_change(listener)
+    await factory.supervise(tg)
+    for each in slots:
+        await each.wait_settled(START_TIMEOUT)
+    return Sessionless(plan, factory=factory, agents=agents, security=security)
+
+
+def _found(child: Callable[[str], SharedChild | None], name: str) -> SharedChild:
+    found = child(name)
+    assert found is not None, f"no shared child for {name!r}"
+    return found

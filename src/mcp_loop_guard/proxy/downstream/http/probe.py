@@ -136,15 +136,7 @@ class SseProbe(Supervised):
     async def _serve_once(self) -> str:
         lost: list[str] = []
         gone = anyio.Event()
-
-        async def on_lost(reason: str) -> None:
-            lost.append(reason)
-            gone.set()
-
-        async def on_message(item: object) -> None:
-            """What the server sends the probe unasked: nothing to do with it."""
-
-        channel = SseLines(self.http_spec, on_message, on_lost, max_bytes=self.limit, handshake_timeout=self.timeout)
+        channel = SseLines(self.http_spec, _Lost(lost, gone), max_bytes=self.limit, handshake_timeout=self.timeout)
         reason = ""
         async with anyio.create_task_group() as tg:
             await tg.start(channel.run)
@@ -176,3 +168,23 @@ class SseProbe(Supervised):
                 return lost[0]
             if await channel.request("ping", None, within=HEALTH_INTERVAL) is None:
                 return f"upstream {self.label} failed a health check: it did not answer ping"
+
+
+class _Lost:
+    """The probe's session hears nothing it needs but its end."""
+
+    def __init__(self, lost: list[str], gone: anyio.Event) -> None:
+        self.lost, self.gone = lost, gone
+
+    async def from_upstream(self, item: object) -> None:
+        """What the server sends the probe unasked: nothing to do with it."""
+
+    async def upstream_lost(self, reason: str) -> None:
+        self.lost.append(reason)
+        self.gone.set()
+
+    async def upstream_failed(self, ident: object, reason: str) -> None:
+        """The probe's own requests time out by themselves."""
+
+    async def upstream_restarted(self) -> None:
+        """A reopened stream is a new probe's business."""

@@ -1,12 +1,16 @@
 """Requests to ``/mcp`` without a session (``--stateless``, 2026-07-28): one shared proxy serves them all.
 
 Each request is judged by its key's agent (token, key header or address), so an agent's
-loop state outlives any connection; an agent aborted for looping gets 429 for a while.
+loop state outlives any connection; an agent aborted for looping gets 429 for a while. A
+``--stateless`` HTTP guard whose requests the message relays cannot take (several servers,
+or one legacy SSE server, which needs a session) is served here whole (:class:`SessionlessFront`).
 """
 
 from __future__ import annotations
 
 import logging
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager
 
 import anyio
 import anyio.abc
@@ -21,12 +25,14 @@ from starlette.types import Receive, Scope, Send
 from mcp_loop_guard.core.model import Verdict
 from mcp_loop_guard.plan import Plan
 from mcp_loop_guard.proxy.compat import handle_modern_request
+from mcp_loop_guard.proxy.downstream.http.admin import LiveAgent
 from mcp_loop_guard.proxy.downstream.http.agents import Agents, KeyedAgent
 from mcp_loop_guard.proxy.downstream.http.middleware import HostRules, transport_security
 from mcp_loop_guard.proxy.downstream.sessions import SessionFactory
 from mcp_loop_guard.proxy.relay.context import Context
 from mcp_loop_guard.proxy.relay.judge import Judge
 from mcp_loop_guard.proxy.relay.session_server import GuardedProxy
+from mcp_loop_guard.proxy.wire.eras import HANDSHAKE_PROTOCOL_VERSIONS
 
 logger = logging.getLogger(__name__)
 
@@ -125,3 +131,34 @@ class Sessionless:
         finally:
             with anyio.CancelScope(shield=True):
                 await transport.terminate()
+
+
+class SessionlessFront:
+    """``/mcp`` of a ``--stateless`` HTTP guard served by the SDK path: every request on its own."""
+
+    def __init__(self, sessionless: Sessionless) -> None:
+        """Requests are served by ``sessionless``."""
+        self.sessionless = sessionless
+        self.agents = sessionless.agents
+
+    @asynccontextmanager
+    async def running(self) -> AsyncIterator[None]:
+        """Serve until the context ends."""
+        async with anyio.create_task_group() as tg:
+            await self.sessionless.start(tg)
+            try:
+                yield
+            finally:
+                tg.cancel_scope.cancel()
+
+    def held(self) -> Iterator[LiveAgent]:
+        """Every keyed agent held in memory now (for the admin API)."""
+        for agent in list(self.agents.held.values()):
+            yield LiveAgent("keyed", agent.judge.agent, agent.in_flight)
+
+    async def handle_mcp(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """One request to ``/mcp``: 2026-07-28 ones translated, the rest served without a session."""
+        found = [value for key, value in scope["headers"] if key.lower() == b"mcp-protocol-version"]
+        version = found[0].decode("latin-1") if found else None
+        modern = version is not None and version not in HANDSHAKE_PROTOCOL_VERSIONS
+        await self.sessionless.serve(scope, receive, send, version, modern=modern)

@@ -1,0 +1,259 @@
+"""The HTTP guard in front of several servers: each session's messages relayed through a router of its own.
+
+Each of the guard's sessions has the same message relay as in front of one server; its
+upstream is a router (:mod:`~mcp_loop_guard.proxy.upstream.router`) whose members are the
+configured servers: a stdio server is one child shared by every session (a share of it per
+session, ids rewritten, as in front of one: :mod:`.muxed`), an HTTP or legacy SSE server gets
+an upstream session per guard session, opened with the client's own ``initialize`` and ended
+with it (as :mod:`.channeled`). The lists are merged under ``server__name`` and each request
+goes to its server; every other method crosses as it came (``tasks/*`` included). Names keep
+the owner they had first in every session. 2026-07-28 requests (sessionless) go through the SDK
+path, loaded when the first one comes, which reaches the same shared children.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from functools import partial
+from typing import TYPE_CHECKING, Any
+
+import anyio
+import anyio.abc
+from starlette.types import Scope, Send
+
+from mcp_loop_guard.config import HttpServer, ServerSpec, StdioServer
+from mcp_loop_guard.core import replies
+from mcp_loop_guard.metrics import Metrics
+from mcp_loop_guard.plan import Limits, Plan
+from mcp_loop_guard.proxy.downstream.agents import agent_loop, judge_for
+from mcp_loop_guard.proxy.downstream.http.agents import Agents
+from mcp_loop_guard.proxy.downstream.http.middleware import HostRules
+from mcp_loop_guard.proxy.downstream.http.muxed_sessions import MuxedSession
+from mcp_loop_guard.proxy.downstream.http.probe import HttpProbe, SseProbe
+from mcp_loop_guard.proxy.downstream.http.session_relay import SessionRelay
+from mcp_loop_guard.proxy.downstream.http.translating import START_TIMEOUT, Translating
+from mcp_loop_guard.proxy.relay.judge import Judge
+from mcp_loop_guard.proxy.relay.pipe import Pipe
+from mcp_loop_guard.proxy.upstream.channel import Channel, Receiver
+from mcp_loop_guard.proxy.upstream.channels import channel, opener
+from mcp_loop_guard.proxy.upstream.exchange import HttpExchange
+from mcp_loop_guard.proxy.upstream.health import Supervised
+from mcp_loop_guard.proxy.upstream.mux import Mux
+from mcp_loop_guard.proxy.upstream.mux_view import MuxView
+from mcp_loop_guard.proxy.upstream.router import Router
+from mcp_loop_guard.proxy.upstream.router_lists import Catalog
+from mcp_loop_guard.proxy.upstream.shared_child import SharedChild
+
+if TYPE_CHECKING:
+    from mcp_loop_guard.proxy.downstream.http.sessionless import Sessionless
+
+__all__ = ["RoutedRelay"]
+
+
+class RoutedRelay(SessionRelay):
+    """Every client of one HTTP guard in front of several servers, each session over a router."""
+
+    def __init__(
+        self,
+        plan: Plan,
+        *,
+        agents: Agents,
+        metrics: Metrics,
+        security: HostRules,
+    ) -> None:
+        """Every configured server is started by :meth:`supervise`."""
+        translating = Translating(
+            plan,
+            agents=agents,
+            metrics=metrics,
+            security=security,
+            build=self._translation,
+            module="mcp_loop_guard.proxy.downstream.http.muxed_sdk",
+        )
+        super().__init__(plan, agents=agents, metrics=metrics, translating=translating, security=security)
+        self.security = security
+        self.specs: list[ServerSpec] = list(plan.config.servers)
+        self.supervised: dict[str, tuple[Supervised, anyio.CancelScope]] = {}
+        """Each server's child (stdio) or probe (HTTP), and the scope it is supervised in."""
+        self.slots: list[Supervised] = []
+        """What ``/readyz`` reports, in the config's order (kept in place across a reload)."""
+        self.owners: dict[str, tuple[str, str]] = {}
+        """Exported name -> the (server, name) first given it, in every session."""
+        self._tg_supervising: anyio.abc.TaskGroup | None = None
+        self._opening: dict[bytes, anyio.Event] = {}
+        """Sessions opened whose router is starting: set once it runs."""
+
+    @property
+    def server(self) -> ServerSpec:
+        """The first server (the relay's limits take the guard's call timeout; each server's own applies per call)."""
+        return self.specs[0]
+
+    @property
+    def limits(self) -> Limits:
+        """The guard's limits: a server's own call timeout applies to its calls (the router knows it)."""
+        settings = self.settings
+        return Limits(settings.max_message_bytes, settings.call_timeout_seconds, settings.max_pending_requests)
+
+    # --- the servers -------------------------------------------------------------------------
+
+    async def supervise(self, tg: anyio.abc.TaskGroup) -> None:
+        """Keep every stdio server's child up and probe every HTTP server, in ``tg``."""
+        self._tg_supervising = tg
+        for spec in self.specs:
+            await self._supervise(spec)
+        self._order()
+
+    async def _supervise(self, spec: ServerSpec) -> None:
+        assert self._tg_supervising is not None
+        scope = anyio.CancelScope()
+        if isinstance(spec, StdioServer):
+            child = SharedChild(spec, self.plan.limits)
+            child.on_change(self._attach)
+            slot: Supervised = child
+        elif spec.transport == "sse":
+            slot = SseProbe(spec, self.plan.limits)
+        else:
+            slot = HttpProbe(spec, self.plan.limits, HttpExchange(spec))
+        if not isinstance(slot, SharedChild):
+            slot.on_change(self._serves)
+        self.supervised[spec.name] = (slot, scope)
+        await self._tg_supervising.start(_supervised, slot, scope)
+
+    def _order(self) -> None:
+        self.slots[:] = [self.supervised[spec.name][0] for spec in self.specs]
+
+    def _child(self, name: str) -> SharedChild | None:
+        found = self.supervised.get(name)
+        slot = found[0] if found is not None else None
+        return slot if isinstance(slot, SharedChild) else None
+
+    def _attach(self, slot: SharedChild, tools_changed: bool) -> None:
+        """A stdio server's new child serves: every session's share attaches to it, and its router is told."""
+        mux = slot.mux
+        if slot.status != "ready" or mux is None or self._tg is None or self._child(slot.name) is not slot:
+            return
+        for session in list(self.sessions.live.values()):
+            router = session.pipe.upstream if session.pipe is not None else None
+            view = router.members.get(slot.name) if isinstance(router, Router) else None
+            if isinstance(view, MuxView) and view.mux is not mux:
+                mux.attach(view)
+                assert isinstance(router, Router)
+                self._tg.start_soon(router.restarted, slot.name)
+
+    def _usable(self, name: str) -> bool:
+        """A server whose child or probe is not ready is not waited for (a silent one would hold every session up)."""
+        found = self.supervised.get(name)
+        return found is None or found[0].status == "ready"
+
+    def _serves(self, slot: Supervised, tools_changed: bool) -> None:
+        """An HTTP server's probe is ready again: sessions that went without it take it in."""
+        if slot.status != "ready" or self._tg is None:
+            return
+        for session in list(self.sessions.live.values()):
+            router = session.pipe.upstream if session.pipe is not None else None
+            if isinstance(router, Router) and slot.name in router.members and slot.name not in router.identity:
+                self._tg.start_soon(router.restarted, slot.name)
+
+    async def _translation(self, tg: anyio.abc.TaskGroup) -> Sessionless:
+        """The SDK path on the same children, with sessions of its own at the HTTP servers."""
+        from mcp_loop_guard.proxy.downstream.http.muxed_sdk import routed_translation  # noqa: PLC0415 - loaded
+
+        return await routed_translation(self.plan, self._child, self.agents, self.metrics, self.security, tg)
+
+    async def reconfigure(self, servers: Sequence[ServerSpec]) -> str | None:
+        """A config reload: servers added, removed or changed for every open session; one server needs a restart."""
+        if len(servers) < 2:
+            return replies.ONE_AND_SEVERAL
+        old = {spec.name: spec for spec in self.specs}
+        self.specs = list(servers)
+        for spec in servers:
+            if old.get(spec.name) != spec:
+                gone = self.supervised.pop(spec.name, None)
+                if gone is not None:
+                    gone[1].cancel()
+                await self._supervise(spec)
+                await self.supervised[spec.name][0].wait_settled(START_TIMEOUT)  # clients then see its tools
+        for name in set(old) - {spec.name for spec in servers}:
+            self.supervised.pop(name)[1].cancel()
+        self._order()
+        for session in list(self.sessions.live.values()):
+            if session.pipe is not None:
+                await session.pipe.reconfigure(servers)
+        translation = self.translating.loaded if isinstance(self.translating, Translating) else None
+        return None if translation is None else await translation.factory.reconfigure(servers)
+
+    # --- sessions ----------------------------------------------------------------------------
+
+    def new_session(self, token: str, *, kind: str = "session", judge: Judge | None = None) -> MuxedSession:
+        """A session opened with ``token``, its router's members opened now and ended with it."""
+        assert judge is None, "sessionless requests go through the SDK path here"
+        assert self._tg is not None, "the relay is not running"
+        session = self.sessions.new(token, None, kind=kind)
+        key = self.sessions.key(session)
+        loop = agent_loop(self.plan, self.agents.store, self.agents.health, key)
+        judge = judge_for(self.plan, loop, label=key, events=self.agents.events, observe=self.agents.observe)
+        catalog = Catalog(self.owners, on_listed=self.metrics.learn, on_dropped=self.metrics.dropped)
+        reach = opener(self.specs, self.limits, member=self._member, catalog=catalog, usable=self._usable)
+        aborted = partial(self._aborted, session)
+        pipe = Pipe(reach, session.send, judge, server=self.server.name, limits=self.limits, on_abort=aborted)
+        session.pipe = pipe
+        connection = anyio.CancelScope()
+        session.on_retire = partial(_retired, pipe.upstream, connection)
+        ready = self._opening[session.session_id] = anyio.Event()
+        self._tg.start_soon(self._connect, pipe, connection, ready)
+        return session
+
+    async def _open(self, scope: Scope, send: Send) -> MuxedSession | None:
+        """A new session for an ``initialize``, once its router's members run (they take its handshake)."""
+        session = await super()._open(scope, send)
+        if session is not None:
+            await self._opening.pop(session.session_id).wait()
+        return session
+
+    def _member(self, spec: ServerSpec, receiver: Receiver) -> Channel:
+        """A stdio server: a share of its child; an HTTP server: an upstream session of the guard session's own."""
+        if isinstance(spec, HttpServer):
+            return channel(spec, receiver, limits=self.limits, lenient=True)
+        label = f"`{spec.public_name}`"
+
+        def current() -> Mux | None:
+            slot = self._child(spec.name)
+            return slot.mux if slot is not None and slot.status == "ready" else None
+
+        view = MuxView(label, receiver, None, current)
+        slot = self._child(spec.name)
+        if slot is not None:
+            view.down = f"upstream {label} is {slot.status}: {slot.reason}"
+        return view
+
+    async def _connect(self, pipe: Pipe, connection: anyio.CancelScope, ready: anyio.Event) -> None:
+        """The session's router and its members' connections, until the session ends."""
+        try:
+            with connection:
+                async with anyio.create_task_group() as tg:
+                    await tg.start(pipe.upstream.run)
+                    ready.set()
+        finally:
+            ready.set()
+
+
+def _retired(router: Channel, connection: anyio.CancelScope) -> None:
+    """The session ended: its shares of the children are left, its upstream sessions end."""
+    if isinstance(router, Router):
+        for member in router.members.values():
+            if isinstance(member, MuxView):
+                member.leave()
+    connection.cancel()
+
+
+async def _supervised(
+    slot: Any, scope: anyio.CancelScope, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED
+) -> None:
+    with scope:
+        try:
+            await slot.supervise(task_status=task_status)
+        finally:
+            exchange = getattr(slot, "exchange", None)
+            if isinstance(exchange, HttpExchange):
+                with anyio.CancelScope(shield=True):
+                    await exchange.aclose()

@@ -1,0 +1,119 @@
+"""An HTTP guard in front of several servers relays each session's messages through a router: tasks cross it.
+
+server-everything's ``simulate-research-query`` only runs as a task; behind an HTTP guard of
+two servers its task handle, ``tasks/list``, ``tasks/get`` and ``tasks/result`` reach the
+client under the tool's exported name, each task's requests routed to the server whose call
+created it. The client speaks the wire with bare POSTs, as a task-aware client does.
+"""
+
+from __future__ import annotations
+
+import uuid
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+
+from tests.harness import texts
+from tests.http_harness import (
+    SESSION_HEADER,
+    Rig,
+    everything_stdio_entry,
+    http_post,
+    open_sse_session,
+    payload_for,
+    time_entry,
+)
+from tests.reliability.wire import result_texts
+
+pytestmark = [pytest.mark.e2e, pytest.mark.anyio]
+
+TOOL = "everything__simulate-research-query"
+
+
+class Wire:
+    """Bare JSON-RPC requests in one session of the guard."""
+
+    def __init__(self, url: str, headers: dict[str, str]) -> None:
+        self.url, self.headers = url, headers
+        self.ids = iter(range(10, 10_000))
+
+    async def request(self, method: str, params: dict[str, Any]) -> dict[str, Any]:
+        ident = next(self.ids)
+        body = {"jsonrpc": "2.0", "id": ident, "method": method, "params": params}
+        response = await http_post(self.url, body, self.headers)
+        assert response.status_code == 200, response.text
+        return payload_for(response, ident)
+
+
+async def test_tasks_cross_an_http_guard_of_several_servers(tmp_path: Path) -> None:
+    """Over HTTP in front of several servers, tasks/* reach the server whose call created the task."""
+    rig = Rig(tmp_path, uuid.uuid4().hex)
+    config = rig.config({"everything": everything_stdio_entry(), "time": time_entry()})
+    try:
+        async with rig.guard(["--config", str(config)]) as guard:
+            with anyio.fail_after(60):
+                opened = await http_post(guard.mcp_url, _initialize())
+                hello = payload_for(opened, 1)
+                assert "call" in hello["result"]["capabilities"]["tasks"]["requests"]["tools"]
+                assert hello["result"]["serverInfo"]["name"] == "mcp-loop-guard"
+                session = {SESSION_HEADER: opened.headers[SESSION_HEADER], "Mcp-Protocol-Version": "2025-11-25"}
+                initialized = {"jsonrpc": "2.0", "method": "notifications/initialized"}
+                assert (await http_post(guard.mcp_url, initialized, session)).status_code == 202
+                wire = Wire(guard.mcp_url, session)
+                names = {tool["name"] for tool in (await wire.request("tools/list", {}))["result"]["tools"]}
+                assert {TOOL, "time__get_current_time"} <= names
+
+                params = {"name": TOOL, "arguments": {"topic": "routing"}, "task": {"ttl": 60000}}
+                created = await wire.request("tools/call", params)
+                assert "content" not in created["result"], created
+                task_id = created["result"]["task"]["taskId"]
+                tasks = await wire.request("tasks/list", {})
+                assert task_id in [task["taskId"] for task in tasks["result"]["tasks"]]
+                while True:
+                    status = await wire.request("tasks/get", {"taskId": task_id})
+                    if status["result"]["status"] != "working":
+                        break
+                    await anyio.sleep(0.25)  # a task's progress has no event to wait for: it is polled
+                assert status["result"]["status"] == "completed", status
+                report = await wire.request("tasks/result", {"taskId": task_id})
+                unknown = await wire.request("tasks/get", {"taskId": "no-such-task"})
+    finally:
+        rig.report()
+    (text,) = result_texts(report)
+    assert text.startswith("# Research Report: routing")
+    assert unknown["error"]["code"] == -32602
+
+
+@pytest.mark.parametrize("stateless", [False, True])
+async def test_legacy_sse_clients_of_several_servers_are_routed_sessions(tmp_path: Path, stateless: bool) -> None:
+    """Legacy SSE connections in front of several servers are routed sessions (--stateless too): tasks are offered."""
+    rig = Rig(tmp_path, uuid.uuid4().hex)
+    config = rig.config({"everything": everything_stdio_entry(), "time": time_entry()})
+    args = ["--config", str(config), *(["--stateless"] if stateless else [])]
+    try:
+        async with rig.guard(args, transport="sse") as guard, open_sse_session(guard.url("/sse")) as client:
+            with anyio.fail_after(30):
+                now = await client.session.call_tool("time__get_current_time", {"timezone": "UTC"})
+                echoed = await client.session.call_tool("everything__echo", {"message": "routed"})
+    finally:
+        rig.report()
+    assert client.initialize.capabilities.tasks is not None
+    assert client.initialize.server_info.name == "mcp-loop-guard"
+    assert not now.is_error, texts(now)
+    assert texts(echoed) == ["Echo: routed"]
+
+
+def _initialize() -> dict[str, Any]:
+    """A task-aware client's initialize (2025-11-25)."""
+    return {
+        "jsonrpc": "2.0",
+        "id": 1,
+        "method": "initialize",
+        "params": {
+            "protocolVersion": "2025-11-25",
+            "capabilities": {"tasks": {}},
+            "clientInfo": {"name": "task-client", "version": "0"},
+        },
+    }
