@@ -125,3 +125,32 @@ async def test_a_child_refusing_the_handshake_is_down_with_what_it_said_and_star
     assert reason == "refused initialize"
     assert "unsupported protocol version" in detail
     assert mux is None
+
+
+# Answers the handshake, then stops reading its input and asks the guard something.
+_DEAF = """
+import json, os, sys, time
+line = sys.stdin.readline()
+message = json.loads(line)
+result = {"protocolVersion": message["params"]["protocolVersion"], "capabilities": {"tools": {}},
+          "serverInfo": {"name": "deaf", "version": "1"}}
+sys.stdout.write(json.dumps({"jsonrpc": "2.0", "id": message["id"], "result": result}) + "\\n")
+sys.stdout.flush()
+sys.stdin.readline()
+os.close(0)
+time.sleep(0.2)
+sys.stdout.write(json.dumps({"jsonrpc": "2.0", "id": "ask-1", "method": "roots/list"}) + "\\n")
+sys.stdout.flush()
+time.sleep(30)
+"""
+
+
+async def test_a_child_that_stopped_reading_is_down_with_why_and_started_again(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The refusal of its request cannot be written: down, saying it stopped reading, restarted; no traceback."""
+    async with supervised(tmp_path, _DEAF) as child:
+        await until(lambda: child.restarts >= 1)
+        detail = child.detail
+    assert "stopped reading its input" in detail, detail
+    assert "unexpectedly" not in caplog.text, caplog.text

@@ -48,7 +48,7 @@ class _DownError(Exception):
 class SharedChild(Supervised):
     """One stdio server's child, shared by every session; :attr:`mux` while it is ready."""
 
-    expected = (UpstreamStartError, _DownError, OSError)
+    expected = (UpstreamStartError, _DownError, UpstreamDownError, OSError)
 
     def __init__(
         self, spec: StdioServer, limits: Limits, *, first: ChildProcess | None = None, backoff: Backoff | None = None
