@@ -13,6 +13,7 @@ current streaks of one error and of one result.
 
 from __future__ import annotations
 
+import functools
 import re
 from typing import Final
 
@@ -143,6 +144,7 @@ def _remember(state: State, entry: Entry) -> bool:
     return changed
 
 
+@functools.lru_cache(maxsize=64)  # each call's and result's key is asked for several times per call
 def _fixed(key: str) -> str:
     """A fingerprint as the window keeps it: 16 lower-case hex digits (a recorded key of another shape is
     hashed to that, so that tokens keep their width)."""
@@ -188,11 +190,11 @@ def recurrences(state: State, call: str, *, through_writes: bool = False) -> tup
     if position < 0:
         return 0, "", False  # the common case, found at C speed
     flags = window[TOKEN - 1 :: TOKEN]
-    first = flags.translate(_STOPS[through_writes]).rfind("!") * TOKEN  # -TOKEN when there is none
-    news = flags.translate(_NEWS)
+    first = max(flags.translate(_STOPS[through_writes]).rfind("!") * TOKEN, 0)  # 0 when there is none
+    news = ""  # the news flags, marked once needed
     count, result, error, stuck = 0, "", False, False
     after = len(flags)
-    while position >= max(first, 0):
+    while position >= first:
         if position % TOKEN == 0:
             index = position // TOKEN
             answer, flag = window[position + DIGEST : position + TOKEN - 1], flags[index]
@@ -200,8 +202,10 @@ def recurrences(state: State, call: str, *, through_writes: bool = False) -> tup
                 result, error = answer, flag in _ERRORS
             elif answer != result:
                 break
-            if not error and not stuck and news.find("!", index + 1, after) >= 0:
-                break  # news came between: a page to come back to, not a loop
+            if not error and not stuck and index + 1 < after:
+                news = news or flags.translate(_NEWS)
+                if news.find("!", index + 1, after) >= 0:
+                    break  # news came between: a page to come back to, not a loop
             count += flag not in _HELDS
             stuck = stuck or after == index + 1 < len(flags)  # asked again right away: not browsing back
             after = index
@@ -214,25 +218,33 @@ def echoes(state: State, result: str) -> tuple[int, int]:
     latest, and for how many different calls; patient repeats not counted.
 
     The count stops at a wait, at a write not seen before, and at any answer between that told something
-    not seen before, as :func:`recurrences` does.
+    not seen before, as :func:`recurrences` does. The window is searched for the answer at C speed: only
+    the tokens holding it are looked at.
     """
     window = state.window
     answer = _fixed(result)[:RESULT]
+    position = window.rfind(answer, DIGEST)
+    if position < 0:
+        return 0, 0
     flags = window[TOKEN - 1 :: TOKEN]
     stop = flags.translate(_STOPS[False]).rfind("!")  # -1 when there is none
-    news = flags.translate(_NEWS)
+    news = ""
     count, after = 0, len(flags)
     calls: set[str] = set()
-    for index in range(len(flags) - 1, stop, -1):
-        start = index * TOKEN
-        if window[start + DIGEST : start + TOKEN - 1] != answer:
-            continue
-        if news.find("!", index + 1, after) >= 0:
+    while position >= DIGEST:
+        index = position // TOKEN
+        if index <= stop:
             break
-        if flags[index] not in _HELDS:
-            count += 1
-            calls.add(window[start : start + DIGEST])
-        after = index
+        if position % TOKEN == DIGEST:
+            if index + 1 < after:
+                news = news or flags.translate(_NEWS)
+                if news.find("!", index + 1, after) >= 0:
+                    break
+            if flags[index] not in _HELDS:
+                count += 1
+                calls.add(window[position - DIGEST : position])
+            after = index
+        position = window.rfind(answer, DIGEST, position + RESULT - 1)
     return count, len(calls)
 
 
