@@ -49,6 +49,7 @@ __all__ = [
     "holding",
     "is_cycle",
     "member_token",
+    "mentions",
     "open_batch",
     "recurrences",
     "settle",
@@ -246,6 +247,17 @@ def echoes(state: State, result: str) -> tuple[int, int]:
             after = index
         position = window.rfind(answer, DIGEST, position + RESULT - 1)
     return count, len(calls)
+
+
+def mentions(state: State, key: str, *, answer: bool = False) -> int:
+    """How many times a call's fingerprint (or, ``answer``, a result's) shows in the window: at least as many
+    as the tokens holding it, so that a count below a threshold rules a warning out without a walk.
+
+    Tokens holding it are ``TOKEN`` apart, further than its length: each shows it once, or is hidden by
+    one showing astride tokens (``count`` does not overlap), and no two are hidden by the same one.
+    """
+    fixed = _fixed(key)
+    return state.window.count(fixed[:RESULT] if answer else fixed)
 
 
 # --- cycles -----------------------------------------------------------------------------------
