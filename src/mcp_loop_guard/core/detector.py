@@ -74,9 +74,13 @@ __all__ = [
 ]
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Ticket:
-    """One forwarded call in flight; hand it back to :func:`finish` or :func:`abandon` once."""
+    """One forwarded call in flight; hand it back to :func:`finish` or :func:`abandon` once.
+
+    Not frozen, though nothing changes one: one is made for every call, and a frozen dataclass sets
+    each field through ``object.__setattr__``, four times the cost.
+    """
 
     batch: int
     tool: str
