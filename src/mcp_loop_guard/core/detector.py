@@ -273,7 +273,8 @@ def _begin(state: State, call: Call, policy: Policy, session: Policy, now: float
     batch = state.batches[-1] if state.batches and not state.batches[-1].closed else None
     if batch is None:
         fold_completed(state)
-    copies = sum(open_.members.get(call.key, 0) for open_ in state.batches) if policy.burst_detection else 0
+    bursts = policy.burst_detection and state.batches
+    copies = sum(open_.members.get(call.key, 0) for open_ in state.batches) if bursts else 0
     gap = now - state.idle_since if not state.batches and state.idle_since is not None else 0.0
     seen = recurrences(state, call.loose)[0] if policy.recurring_block or gap > 0 else 0
     held = _patient(state, call, policy, gap, seen)

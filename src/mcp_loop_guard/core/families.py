@@ -12,7 +12,15 @@ from typing import Final
 from mcp_loop_guard.core import wording
 from mcp_loop_guard.core.model import Action, Call, Family
 from mcp_loop_guard.core.policy import Policy
-from mcp_loop_guard.core.sequence import cycle_count, echoes, failure_of, is_cycle, mentions, recurrences
+from mcp_loop_guard.core.sequence import (
+    answered_news,
+    cycle_count,
+    echoes,
+    failure_of,
+    is_cycle,
+    mentions,
+    recurrences,
+)
 from mcp_loop_guard.core.state import MAX_EFFECTS, Entry, ErrorStreak, State
 
 __all__ = [
@@ -79,7 +87,9 @@ def _failing(state: State, call: Call, policy: Policy) -> Found | None:
     history = state.history
     last = history[-1] if history else None
     # refused only when hammered (right after the tool's own failure): a look elsewhere earns one more try
-    error = failure_of(state, call.tool, last.result) if last is not None and last.tool == call.tool else None
+    error = None
+    if state.errors and last is not None and last.tool == call.tool:
+        error = failure_of(state, call.tool, last.result)
     if error is not None and policy.same_error_block_threshold and not policy.ignore_errors:
         count = error.count + sum(batch.tools.get(call.tool, 0) for batch in state.batches) + 1
         if count >= policy.same_error_block_threshold:
@@ -131,6 +141,7 @@ def sequential_warning(state: State, entry: Entry, policy: Policy) -> tuple[int,
     if (
         policy.same_result_warn_threshold
         and not (entry.error or entry.acts or entry.says_nothing or entry.held)
+        and not answered_news(state)  # an answer new to the window has come back once: no echoes to count
         and mentions(state, entry.result, answer=True) >= max(policy.same_result_warn_threshold, 3)
     ):
         answers, calls = echoes(state, entry.result)

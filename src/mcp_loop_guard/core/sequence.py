@@ -35,6 +35,7 @@ from mcp_loop_guard.core.state import (
 
 __all__ = [
     "MARK_TTL_SECONDS",
+    "answered_news",
     "close_idle_window",
     "count_failure",
     "cycle_count",
@@ -68,6 +69,7 @@ _DIGITS: Final = tuple("0123456789abcdefghijklmnopqrstuv")
 """One character of flags per token, 32 combinations."""
 _HELDS: Final = frozenset(d for flags, d in enumerate(_DIGITS) if flags & _HELD)
 _ERRORS: Final = frozenset(d for flags, d in enumerate(_DIGITS) if flags & _ERROR)
+_NEWS_DIGITS: Final = frozenset(d for flags, d in enumerate(_DIGITS) if flags & _NEW)
 _NEWS: Final = str.maketrans({d: "!" for flags, d in enumerate(_DIGITS) if flags & _NEW})
 _STOPS: Final = {
     True: str.maketrans({d: "!" for flags, d in enumerate(_DIGITS) if flags & _WAIT}),
@@ -249,6 +251,11 @@ def echoes(state: State, result: str) -> tuple[int, int]:
     return count, len(calls)
 
 
+def answered_news(state: State) -> bool:
+    """The window's latest call (the one just folded in) answered what no call before it in the window had."""
+    return state.window[-1:] in _NEWS_DIGITS
+
+
 def mentions(state: State, key: str, *, answer: bool = False) -> int:
     """How many times a call's fingerprint (or, ``answer``, a result's) shows in the window: at least as many
     as the tokens holding it, so that a count below a threshold rules a warning out without a walk.
@@ -324,12 +331,14 @@ def _fold_batch(state: State, batch: Batch, entry: Entry) -> None:
     """Fold what a batch completed: its last result and its copies into the sequence, every other member
     into the window, and every failure into the same-error streak it continues."""
     copies = batch.done.get(batch.last_done, 1)
-    last = failure_key(entry.tool, entry.result)
-    for failed, count in batch.failed.items():
-        if failed != last:
-            tool, result = failed.split("\x00", 1)
-            count_failure(state, tool, result, count)
-    failures = batch.failed.get(last, copies) if entry.error else None
+    failures = None
+    if batch.failed:  # most batches end without a failure
+        last = failure_key(entry.tool, entry.result)
+        for failed, count in batch.failed.items():
+            if failed != last:
+                tool, result = failed.split("\x00", 1)
+                count_failure(state, tool, result, count)
+        failures = batch.failed.get(last, copies) if entry.error else None
     entry.held = entry.held or batch.held
     state.window += batch.seen
     batch.seen = ""
