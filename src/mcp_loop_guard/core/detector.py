@@ -148,6 +148,7 @@ _ERROR_TEXT = re.compile(
     re.I,
 )
 """A text result that says it failed (``Error: ...``) from a server that does not set ``isError``."""
+_ERROR_STARTS: Final = ("[", "er", "ex", "fa", "tr", "in", "un", "/", "ba", "da", "zs", "sh")
 
 
 def _reads_as_error(result: Mapping[str, Any]) -> bool:
@@ -155,7 +156,9 @@ def _reads_as_error(result: Mapping[str, Any]) -> bool:
     if not isinstance(content, list) or not content or not isinstance(content[0], Mapping):
         return False
     text = content[0].get("text")
-    return isinstance(text, str) and _ERROR_TEXT.match(text, 0, 200) is not None
+    if not isinstance(text, str) or not intent.may_start(text[:200], _ERROR_STARTS):
+        return False
+    return _ERROR_TEXT.match(text, 0, 200) is not None
 
 
 _NOTHING = re.compile(
@@ -165,6 +168,7 @@ _NOTHING = re.compile(
     re.I | re.S,
 )
 """A text that tells nothing new: empty, an empty list or object, or a plain negative answer."""
+_NOTHING_STARTS: Final = ("[", "{", "nu", "no", "0 ", "co")
 
 
 def _says_nothing(result: Mapping[str, Any]) -> bool:
@@ -175,7 +179,9 @@ def _says_nothing(result: Mapping[str, Any]) -> bool:
         return True
     item = content[0]
     text = item.get("text") if isinstance(item, Mapping) and item.get("type") == "text" else None
-    return isinstance(text, str) and len(text) <= 1000 and _NOTHING.fullmatch(text) is not None
+    if not isinstance(text, str) or len(text) > 1000 or not intent.may_start(text, _NOTHING_STARTS):
+        return False
+    return _NOTHING.fullmatch(text) is not None
 
 
 def _holds_something(value: object) -> bool:
