@@ -214,3 +214,25 @@ def test_a_record_without_runs_taken_over_still_reads_back() -> None:
     state = State.from_wire({"v": FORMAT, "h": [entry] * 8, "r": [], "B": [batch]})
     take_over(state, Policy(), 0.0)
     assert State.from_wire(state.wire()) == state
+
+
+def test_every_write_reads_back_as_the_state_it_was_written_from() -> None:
+    """The history's entries keep their wire form from one write to the next, and it stays theirs: a batch's
+    last entry, written while the batch is open and made patient as it joins the history, reads back so."""
+    policy = Policy(cycle_max_period=4)
+    state = State()
+    for step in range(20):
+        now = step * 10.0
+        waiting, _ = begin(state, Call("sleep", f"{step % 2:016x}", waits=True), policy, policy, now)
+        reading, _ = begin(state, Call("read", f"{step % 3 + 8:016x}"), policy, policy, now)
+        assert waiting is not None
+        assert reading is not None
+        finish(state, reading, Outcome(f"{step % 4:016x}"), policy, now + 1.0)
+        assert read_state(state.dumps()) == state, f"step {step}: the read ended, the wait goes on"
+        listing, _ = begin(state, Call("list", "f" * 16), policy, policy, now + 2.0)
+        assert state.history[-1].held, "the read joined the history as a patient repeat: its batch began waiting"
+        assert read_state(state.dumps()) == state, f"step {step}: the read joined the history"
+        finish(state, waiting, Outcome("a" * 16), policy, now + 3.0)
+        if listing is not None:
+            finish(state, listing, Outcome("b" * 16), policy, now + 3.0)
+        assert read_state(state.dumps()) == state, f"step {step}"

@@ -74,9 +74,13 @@ __all__ = [
 ]
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Ticket:
-    """One forwarded call in flight; hand it back to :func:`finish` or :func:`abandon` once."""
+    """One forwarded call in flight; hand it back to :func:`finish` or :func:`abandon` once.
+
+    Not frozen, though nothing changes one: one is made for every call, and a frozen dataclass sets
+    each field through ``object.__setattr__``, four times the cost.
+    """
 
     batch: int
     tool: str
@@ -144,6 +148,7 @@ _ERROR_TEXT = re.compile(
     re.I,
 )
 """A text result that says it failed (``Error: ...``) from a server that does not set ``isError``."""
+_ERROR_STARTS: Final = ("[", "er", "ex", "fa", "tr", "in", "un", "/", "ba", "da", "zs", "sh")
 
 
 def _reads_as_error(result: Mapping[str, Any]) -> bool:
@@ -151,7 +156,9 @@ def _reads_as_error(result: Mapping[str, Any]) -> bool:
     if not isinstance(content, list) or not content or not isinstance(content[0], Mapping):
         return False
     text = content[0].get("text")
-    return isinstance(text, str) and _ERROR_TEXT.match(text, 0, 200) is not None
+    if not isinstance(text, str) or not intent.may_start(text[:200], _ERROR_STARTS):
+        return False
+    return _ERROR_TEXT.match(text, 0, 200) is not None
 
 
 _NOTHING = re.compile(
@@ -161,6 +168,7 @@ _NOTHING = re.compile(
     re.I | re.S,
 )
 """A text that tells nothing new: empty, an empty list or object, or a plain negative answer."""
+_NOTHING_STARTS: Final = ("[", "{", "nu", "no", "0 ", "co")
 
 
 def _says_nothing(result: Mapping[str, Any]) -> bool:
@@ -171,7 +179,9 @@ def _says_nothing(result: Mapping[str, Any]) -> bool:
         return True
     item = content[0]
     text = item.get("text") if isinstance(item, Mapping) and item.get("type") == "text" else None
-    return isinstance(text, str) and len(text) <= 1000 and _NOTHING.fullmatch(text) is not None
+    if not isinstance(text, str) or len(text) > 1000 or not intent.may_start(text, _NOTHING_STARTS):
+        return False
+    return _NOTHING.fullmatch(text) is not None
 
 
 def _holds_something(value: object) -> bool:
@@ -269,7 +279,8 @@ def _begin(state: State, call: Call, policy: Policy, session: Policy, now: float
     batch = state.batches[-1] if state.batches and not state.batches[-1].closed else None
     if batch is None:
         fold_completed(state)
-    copies = sum(open_.members.get(call.key, 0) for open_ in state.batches) if policy.burst_detection else 0
+    bursts = policy.burst_detection and state.batches
+    copies = sum(open_.members.get(call.key, 0) for open_ in state.batches) if bursts else 0
     gap = now - state.idle_since if not state.batches and state.idle_since is not None else 0.0
     seen = recurrences(state, call.loose)[0] if policy.recurring_block or gap > 0 else 0
     held = _patient(state, call, policy, gap, seen)

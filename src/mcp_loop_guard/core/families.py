@@ -12,7 +12,15 @@ from typing import Final
 from mcp_loop_guard.core import wording
 from mcp_loop_guard.core.model import Action, Call, Family
 from mcp_loop_guard.core.policy import Policy
-from mcp_loop_guard.core.sequence import cycle_count, echoes, failure_of, is_cycle, recurrences
+from mcp_loop_guard.core.sequence import (
+    answered_news,
+    cycle_count,
+    echoes,
+    failure_of,
+    is_cycle,
+    mentions,
+    recurrences,
+)
 from mcp_loop_guard.core.state import MAX_EFFECTS, Entry, ErrorStreak, State
 
 __all__ = [
@@ -53,7 +61,9 @@ def _repeating(state: State, call: Call, policy: Policy, copies: int, *, held: b
         return (Family.BURST if copies else Family.IDENTICAL), identical, ()
     if held:
         return None
-    for period in range(2, min(policy.cycle_max_period, len(runs), len(history)) + 1):
+    # a cycle of period p needs a run of p - 1 before this call: with no run at all, no period is looked at
+    longest = min(policy.cycle_max_period, len(runs), len(history)) if max(runs[1:], default=0) else 1
+    for period in range(2, longest + 1):
         run = runs[period - 1] + 1
         if run >= period and history[-period].call == call.loose and is_cycle(history, period, run):
             count = cycle_count(run, period)
@@ -77,7 +87,9 @@ def _failing(state: State, call: Call, policy: Policy) -> Found | None:
     history = state.history
     last = history[-1] if history else None
     # refused only when hammered (right after the tool's own failure): a look elsewhere earns one more try
-    error = failure_of(state, call.tool, last.result) if last is not None and last.tool == call.tool else None
+    error = None
+    if state.errors and last is not None and last.tool == call.tool:
+        error = failure_of(state, call.tool, last.result)
     if error is not None and policy.same_error_block_threshold and not policy.ignore_errors:
         count = error.count + sum(batch.tools.get(call.tool, 0) for batch in state.batches) + 1
         if count >= policy.same_error_block_threshold:
@@ -105,7 +117,9 @@ def sequential_warning(state: State, entry: Entry, policy: Policy) -> tuple[int,
     """(streak, warning or None) for the call whose result was just folded in."""
     runs = state.runs
     best_count, best_period = 1 + runs[0], 1
-    for period in range(2, min(policy.cycle_max_period, len(runs)) + 1):
+    # a cycle of period p needs a run of p: with no run of 2, no period is looked at
+    longest = min(policy.cycle_max_period, len(runs)) if max(runs[1:], default=0) >= 2 else 1
+    for period in range(2, longest + 1):
         if runs[period - 1] >= period and is_cycle(state.history, period, runs[period - 1]):
             count = cycle_count(runs[period - 1], period)
             if count > best_count:
@@ -117,12 +131,19 @@ def sequential_warning(state: State, entry: Entry, policy: Policy) -> tuple[int,
     warned = _pattern_warning(family, entry.tool, best_count, policy.warn_threshold, policy.block_threshold, cycle)
     if warned is not None:
         return best_count, warned
-    if policy.recurring_warn and not entry.held and not (entry.acts and not entry.error):  # a write redone: no news
+    warn = policy.recurring_warn
+    # a write redone is no news; a call shown fewer times than the threshold cannot have come back that often
+    if warn and not entry.held and not (entry.acts and not entry.error) and mentions(state, entry.call) >= warn:
         seen = recurrences(state, entry.call, through_writes=True)[0]
         warned = _pattern_warning(Family.RECURRING, entry.tool, seen, policy.recurring_warn, policy.recurring_block)
         if warned is not None and seen > best_count:
             return best_count, warned
-    if policy.same_result_warn_threshold and not (entry.error or entry.acts or entry.says_nothing or entry.held):
+    if (
+        policy.same_result_warn_threshold
+        and not (entry.error or entry.acts or entry.says_nothing or entry.held)
+        and not answered_news(state)  # an answer new to the window has come back once: no echoes to count
+        and mentions(state, entry.result, answer=True) >= max(policy.same_result_warn_threshold, 3)
+    ):
         answers, calls = echoes(state, entry.result)
         if calls > 2 and answers >= policy.same_result_warn_threshold and answers > best_count:
             text = wording.warning(Family.SAME_RESULT, entry.tool, answers, policy.same_result_block_threshold)

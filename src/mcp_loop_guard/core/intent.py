@@ -21,7 +21,7 @@ from collections.abc import Mapping
 from functools import lru_cache
 from typing import Any, Final
 
-__all__ = ["WAIT_WORDS", "WRITE_WORDS", "name_words", "waits", "writes"]
+__all__ = ["WAIT_WORDS", "WRITE_WORDS", "may_start", "name_words", "waits", "writes"]
 
 WAIT_WORDS: Final = frozenset({"wait", "sleep", "pause", "delay"})
 """Words of a tool name that make it a waiting tool (``wait``, ``wait_for_job``, ``browser_wait_for``)."""
@@ -61,10 +61,12 @@ _SQL_WRITE: Final = re.compile(
     re.I | re.S,
 )
 """An SQL statement that changes data or schema (a search query that starts with "update" is not one)."""
+_SQL_STARTS: Final = ("in", "re", "me", "up", "de", "tr", "cr", "al", "dr", "gr")
 _SLEEP: Final = re.compile(
     r"\s*(?:sleep\s+\d+(?:\.\d+)?[smhd]?|start-sleep\b[^;&|]*\d|timeout\s+/t\s+\d+)(?:\s*(?:;|&&|\|\||$))", re.I
 )
 """A shell command that sleeps first (``sleep 30``, ``sleep 5 && curl ...``)."""
+_SLEEP_STARTS: Final = ("sl", "st", "ti")
 _PYTHON_SLEEP: Final = re.compile(r"\btime\.sleep\(\s*\d")
 _WORD: Final = re.compile(r"[A-Z]?[a-z]+|[A-Z]+(?![a-z])|\d+")
 _SHORT: Final = 512
@@ -84,9 +86,18 @@ def waits(tool: str, arguments: Mapping[str, Any] | None) -> bool:
     return any(isinstance(value, str) and len(value) <= _SHORT and _sleeps(value) for value in _values(arguments))
 
 
+def may_start(text: str, starts: tuple[str, ...]) -> bool:
+    """Whether ``text``, its leading spaces stripped, may start as a case-insensitive pattern does whose every
+    match starts with one of ``starts`` (lower case, one or two characters): a strip before a regex that costs
+    ten times more. A text whose first two characters are not both ASCII may (``re.I`` matches the long s
+    to ``s``, the dotless i to ``i``), and so may a blank one."""
+    head = text.lstrip()[:2]  # the regex's leading \s* skips the same characters
+    return not head or not head.isascii() or head.lower().startswith(starts)
+
+
 def _sleeps(value: str) -> bool:
     """A command that sleeps first, or Python code sleeping."""
-    if _SLEEP.match(value):
+    if may_start(value, _SLEEP_STARTS) and _SLEEP.match(value):
         return True
     return "sleep(" in value and _PYTHON_SLEEP.search(value) is not None
 
@@ -110,11 +121,16 @@ def writes(tool: str, arguments: Mapping[str, Any] | None, hints: Mapping[str, A
         if not isinstance(value, str) or not value:
             continue
         if name.lower() in _OPERATION_NAMES and len(value) <= _SHORT:
-            return bool(WRITE_WORDS & name_words(value.split(None, 1)[0])) or bool(_SQL_WRITE.match(value))
+            return bool(WRITE_WORDS & name_words(value.split(None, 1)[0])) or _sql_write(value)
     if WRITE_WORDS & name_words(tool):
         return True
     values = _values(arguments)
-    return any(isinstance(value, str) and len(value) <= _SHORT * 8 and _SQL_WRITE.match(value) for value in values)
+    return any(isinstance(value, str) and len(value) <= _SHORT * 8 and _sql_write(value) for value in values)
+
+
+def _sql_write(value: str) -> bool:
+    """An SQL statement that changes data or schema."""
+    return may_start(value, _SQL_STARTS) and _SQL_WRITE.match(value) is not None
 
 
 def _shell_command(arguments: Mapping[str, Any] | None) -> str | None:

@@ -84,9 +84,13 @@ class Verdict:
 ALLOWED = Verdict(Action.ALLOW, "", 0)
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Call:
-    """What the detector sees of a call before it is forwarded."""
+    """What the detector sees of a call before it is forwarded.
+
+    Not frozen, though nothing changes one (nor an :class:`Outcome`): one is made for every call, and a
+    frozen dataclass sets each field through ``object.__setattr__``, four times the cost.
+    """
 
     tool: str
     key: str
@@ -105,10 +109,10 @@ class Call:
     def __post_init__(self) -> None:
         """A call given one fingerprint compares it everywhere."""
         if not self.loose:
-            object.__setattr__(self, "loose", self.key)
+            self.loose = self.key
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Outcome:
     """What the detector sees of an answer: a result's fingerprint, or an error's."""
 

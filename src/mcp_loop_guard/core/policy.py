@@ -79,6 +79,12 @@ class Policy:
     """The budgets that count calls judged by this policy (already matched to the call's route)."""
     _misconfiguration: str | None = field(default=None, init=False, repr=False, compare=False)
     """:attr:`misconfiguration`, worked out once: every call asks whether the policy is active."""
+    recurring_warn: int = field(default=0, init=False, repr=False, compare=False)
+    """The recurring family's warning threshold in force (worked out once, as those below: every call asks)."""
+    recurring_block: int = field(default=0, init=False, repr=False, compare=False)
+    """The recurring family's refusal threshold in force."""
+    active: bool = field(default=False, init=False, repr=False, compare=False)
+    """True when the detector should judge calls at all."""
 
     def __post_init__(self) -> None:
         """Reject values no setting could produce; warn >= block is handled softly instead."""
@@ -86,17 +92,11 @@ class Policy:
             problem = setting.problem(getattr(self, setting.name))
             if problem is not None:
                 raise ValueError(problem)
+        warn, block = self.recurring_warn_threshold, self.recurring_block_threshold
+        object.__setattr__(self, "recurring_warn", self.warn_threshold if warn is None else warn)
+        object.__setattr__(self, "recurring_block", self.block_threshold if block is None else block)
         object.__setattr__(self, "_misconfiguration", self._find_misconfiguration())
-
-    @property
-    def recurring_warn(self) -> int:
-        """The recurring family's warning threshold in force."""
-        return self.warn_threshold if self.recurring_warn_threshold is None else self.recurring_warn_threshold
-
-    @property
-    def recurring_block(self) -> int:
-        """The recurring family's refusal threshold in force."""
-        return self.block_threshold if self.recurring_block_threshold is None else self.recurring_block_threshold
+        object.__setattr__(self, "active", self.enabled and self._misconfiguration is None)
 
     @property
     def misconfiguration(self) -> str | None:
@@ -118,14 +118,9 @@ class Policy:
                 return f"{warn} ({low}) must be below {block} ({high}); loop detection is disabled"
         return None
 
-    @property
-    def active(self) -> bool:
-        """True when the detector should judge calls at all."""
-        return self.enabled and self.misconfiguration is None
-
     def ignores(self, tool: str) -> bool:
         """True when ``tool`` matches an ignore pattern (case-sensitive, as tool names are)."""
-        return any(fnmatchcase(tool, pattern) for pattern in self.ignore_tools)
+        return bool(self.ignore_tools) and any(fnmatchcase(tool, pattern) for pattern in self.ignore_tools)
 
 
 _FAMILY_PAIRS = (

@@ -13,6 +13,7 @@ current streaks of one error and of one result.
 
 from __future__ import annotations
 
+import functools
 import re
 from typing import Final
 
@@ -34,6 +35,7 @@ from mcp_loop_guard.core.state import (
 
 __all__ = [
     "MARK_TTL_SECONDS",
+    "answered_news",
     "close_idle_window",
     "count_failure",
     "cycle_count",
@@ -48,6 +50,7 @@ __all__ = [
     "holding",
     "is_cycle",
     "member_token",
+    "mentions",
     "open_batch",
     "recurrences",
     "settle",
@@ -66,6 +69,7 @@ _DIGITS: Final = tuple("0123456789abcdefghijklmnopqrstuv")
 """One character of flags per token, 32 combinations."""
 _HELDS: Final = frozenset(d for flags, d in enumerate(_DIGITS) if flags & _HELD)
 _ERRORS: Final = frozenset(d for flags, d in enumerate(_DIGITS) if flags & _ERROR)
+_NEWS_DIGITS: Final = frozenset(d for flags, d in enumerate(_DIGITS) if flags & _NEW)
 _NEWS: Final = str.maketrans({d: "!" for flags, d in enumerate(_DIGITS) if flags & _NEW})
 _STOPS: Final = {
     True: str.maketrans({d: "!" for flags, d in enumerate(_DIGITS) if flags & _WAIT}),
@@ -143,6 +147,7 @@ def _remember(state: State, entry: Entry) -> bool:
     return changed
 
 
+@functools.lru_cache(maxsize=64)  # each call's and result's key is asked for several times per call
 def _fixed(key: str) -> str:
     """A fingerprint as the window keeps it: 16 lower-case hex digits (a recorded key of another shape is
     hashed to that, so that tokens keep their width)."""
@@ -188,11 +193,11 @@ def recurrences(state: State, call: str, *, through_writes: bool = False) -> tup
     if position < 0:
         return 0, "", False  # the common case, found at C speed
     flags = window[TOKEN - 1 :: TOKEN]
-    first = flags.translate(_STOPS[through_writes]).rfind("!") * TOKEN  # -TOKEN when there is none
-    news = flags.translate(_NEWS)
+    first = max(flags.translate(_STOPS[through_writes]).rfind("!") * TOKEN, 0)  # 0 when there is none
+    news = ""  # the news flags, marked once needed
     count, result, error, stuck = 0, "", False, False
     after = len(flags)
-    while position >= max(first, 0):
+    while position >= first:
         if position % TOKEN == 0:
             index = position // TOKEN
             answer, flag = window[position + DIGEST : position + TOKEN - 1], flags[index]
@@ -200,8 +205,10 @@ def recurrences(state: State, call: str, *, through_writes: bool = False) -> tup
                 result, error = answer, flag in _ERRORS
             elif answer != result:
                 break
-            if not error and not stuck and news.find("!", index + 1, after) >= 0:
-                break  # news came between: a page to come back to, not a loop
+            if not error and not stuck and index + 1 < after:
+                news = news or flags.translate(_NEWS)
+                if news.find("!", index + 1, after) >= 0:
+                    break  # news came between: a page to come back to, not a loop
             count += flag not in _HELDS
             stuck = stuck or after == index + 1 < len(flags)  # asked again right away: not browsing back
             after = index
@@ -214,26 +221,50 @@ def echoes(state: State, result: str) -> tuple[int, int]:
     latest, and for how many different calls; patient repeats not counted.
 
     The count stops at a wait, at a write not seen before, and at any answer between that told something
-    not seen before, as :func:`recurrences` does.
+    not seen before, as :func:`recurrences` does. The window is searched for the answer at C speed: only
+    the tokens holding it are looked at.
     """
     window = state.window
     answer = _fixed(result)[:RESULT]
+    position = window.rfind(answer, DIGEST)
+    if position < 0:
+        return 0, 0
     flags = window[TOKEN - 1 :: TOKEN]
     stop = flags.translate(_STOPS[False]).rfind("!")  # -1 when there is none
-    news = flags.translate(_NEWS)
+    news = ""
     count, after = 0, len(flags)
     calls: set[str] = set()
-    for index in range(len(flags) - 1, stop, -1):
-        start = index * TOKEN
-        if window[start + DIGEST : start + TOKEN - 1] != answer:
-            continue
-        if news.find("!", index + 1, after) >= 0:
+    while position >= DIGEST:
+        index = position // TOKEN
+        if index <= stop:
             break
-        if flags[index] not in _HELDS:
-            count += 1
-            calls.add(window[start : start + DIGEST])
-        after = index
+        if position % TOKEN == DIGEST:
+            if index + 1 < after:
+                news = news or flags.translate(_NEWS)
+                if news.find("!", index + 1, after) >= 0:
+                    break
+            if flags[index] not in _HELDS:
+                count += 1
+                calls.add(window[position - DIGEST : position])
+            after = index
+        position = window.rfind(answer, DIGEST, position + RESULT - 1)
     return count, len(calls)
+
+
+def answered_news(state: State) -> bool:
+    """The window's latest call (the one just folded in) answered what no call before it in the window had."""
+    return state.window[-1:] in _NEWS_DIGITS
+
+
+def mentions(state: State, key: str, *, answer: bool = False) -> int:
+    """How many times a call's fingerprint (or, ``answer``, a result's) shows in the window: at least as many
+    as the tokens holding it, so that a count below a threshold rules a warning out without a walk.
+
+    Tokens holding it are ``TOKEN`` apart, further than its length: each shows it once, or is hidden by
+    one showing astride tokens (``count`` does not overlap), and no two are hidden by the same one.
+    """
+    fixed = _fixed(key)
+    return state.window.count(fixed[:RESULT] if answer else fixed)
 
 
 # --- cycles -----------------------------------------------------------------------------------
@@ -300,12 +331,14 @@ def _fold_batch(state: State, batch: Batch, entry: Entry) -> None:
     """Fold what a batch completed: its last result and its copies into the sequence, every other member
     into the window, and every failure into the same-error streak it continues."""
     copies = batch.done.get(batch.last_done, 1)
-    last = failure_key(entry.tool, entry.result)
-    for failed, count in batch.failed.items():
-        if failed != last:
-            tool, result = failed.split("\x00", 1)
-            count_failure(state, tool, result, count)
-    failures = batch.failed.get(last, copies) if entry.error else None
+    failures = None
+    if batch.failed:  # most batches end without a failure
+        last = failure_key(entry.tool, entry.result)
+        for failed, count in batch.failed.items():
+            if failed != last:
+                tool, result = failed.split("\x00", 1)
+                count_failure(state, tool, result, count)
+        failures = batch.failed.get(last, copies) if entry.error else None
     entry.held = entry.held or batch.held
     state.window += batch.seen
     batch.seen = ""

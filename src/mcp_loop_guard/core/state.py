@@ -80,6 +80,10 @@ class Entry:
     """Seconds the agent had been idle when the call began (0 when other calls were in flight)."""
     says_nothing: bool = False
     """The answer holds nothing to learn (empty, "no results"): no news for the recurring rule."""
+    wired: tuple[Any, ...] | None = field(default=None, init=False, repr=False, compare=False)
+    """The wire form of an entry of the history, made at the first write: the state is written after every
+    call, and each entry of the history is in as many writes as the history is long. Nothing changes an
+    entry once in the history (a batch's last entry, which may still change, is not kept so)."""
 
     def same(self, other: Entry) -> bool:
         """Same call (tool and arguments, up to trivial variants) with the same result."""
@@ -216,8 +220,9 @@ class State:
         return _read_state(cls, wire)
 
     def wire(self) -> dict[str, Any]:
-        """The state as plain JSON values (what :meth:`dumps` encodes)."""
-        wire: dict[str, Any] = {"v": FORMAT, "h": [_entry(e) for e in self.history], "r": self.runs}
+        """The state as plain JSON values (what :meth:`dumps` encodes; the history's entries as tuples)."""
+        history = [e.wired or _wired(e) for e in self.history]  # tuples, kept from one write to the next
+        wire: dict[str, Any] = {"v": FORMAT, "h": history, "r": self.runs}
         if self.errors:
             wire["e"] = [[e.tool, e.result, e.count, e.run] for e in self.errors]
         if self.same is not None:
@@ -247,9 +252,14 @@ class State:
         return wire
 
 
+def _wired(entry: Entry) -> tuple[Any, ...]:
+    """An entry of the history in wire form, kept (see :attr:`Entry.wired`)."""
+    entry.wired = tuple(_entry(entry))
+    return entry.wired
+
+
 def _entry(entry: Entry) -> list[Any]:
-    flags = int(entry.error) | (2 if entry.acts else 0) | (4 if entry.waits else 0) | (8 if entry.held else 0)
-    flags |= 16 if entry.says_nothing else 0
+    flags = entry.error | entry.acts << 1 | entry.waits << 2 | entry.held << 3 | entry.says_nothing << 4  # an int
     wire: list[Any] = [entry.tool, entry.call, entry.result, flags]
     if entry.gap:
         wire.append(entry.gap)
@@ -363,7 +373,7 @@ def _counts(value: object, field: str) -> dict[str, int]:
 
 
 def _read_entry(value: object, field: str) -> Entry:
-    item = _list(value, field, MAX_FIELDS, 4)
+    item = _list(list(value) if isinstance(value, tuple) else value, field, MAX_FIELDS, 4)  # tuple: as wire() keeps
     flags = _count(item[3], field)
     if flags > 31:
         raise _bad(field, "holds flags other than error (1), acts (2), waits (4), held (8) and says nothing (16)")
