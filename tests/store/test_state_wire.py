@@ -236,3 +236,19 @@ def test_every_write_reads_back_as_the_state_it_was_written_from() -> None:
         if listing is not None:
             finish(state, listing, Outcome("b" * 16), policy, now + 3.0)
         assert read_state(state.dumps()) == state, f"step {step}"
+
+
+def test_a_full_window_folding_several_members_of_a_batch_at_once_reads_back() -> None:
+    """64 calls remembered, three members of a batch completed, a next call folding them: still 64 tokens."""
+    policy = Policy(recurring_window=64)
+    state = State()
+    for i in range(70):
+        ticket, _ = begin(state, Call("read", f"{i:016x}"), policy, policy, float(i))
+        assert ticket is not None
+        finish(state, ticket, Outcome(f"{i + 1000:016x}"), policy, i + 0.5)
+    tickets = [begin(state, Call("read", f"{i + 5000:016x}"), policy, policy, 70.0)[0] for i in range(4)]
+    for number, ticket in enumerate(tickets[:3]):
+        assert ticket is not None
+        finish(state, ticket, Outcome(f"{number + 9000:016x}"), policy, 70.5)
+    begin(state, Call("read", f"{7777:016x}"), policy, policy, 71.0)
+    assert State.from_wire(state.wire()) == state

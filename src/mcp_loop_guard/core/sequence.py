@@ -19,7 +19,7 @@ from typing import Final
 
 from xxhash import xxh3_64
 
-from mcp_loop_guard.core.policy import Policy
+from mcp_loop_guard.core.policy import MAX_WINDOW, Policy
 from mcp_loop_guard.core.state import (
     DIGEST,
     MAX_BATCHES,
@@ -60,6 +60,9 @@ __all__ = [
 
 MARK_TTL_SECONDS: Final = 900.0
 """A batch with no member begun or ended for this long was left by a process that died mid-call."""
+_MOST: Final = MAX_WINDOW * TOKEN
+"""The longest window a state holds (what a store reads back), even between two calls of a batch that
+folds several of its members at once; each call then trims it to the session's own length."""
 RESULT: Final = TOKEN - DIGEST - 1
 """Hex digits of a result kept in a window token: enough to tell one call's results apart."""
 _HELD, _WRITE, _ERROR, _WAIT, _NEW = 1, 2, 4, 8, 16
@@ -143,7 +146,7 @@ def _remember(state: State, entry: Entry) -> bool:
     changed = entry.waits or fresh_write
     flags = (_HELD * entry.held) | (_WRITE * fresh_write) | (_ERROR * entry.error) | (_WAIT * entry.waits)
     flags |= _NEW * new
-    state.window += mine + _DIGITS[flags]  # :func:`size` trims it to the session's window
+    state.window = (state.window + mine + _DIGITS[flags])[-_MOST:]  # :func:`size` trims it to the session's
     return changed
 
 
@@ -340,7 +343,7 @@ def _fold_batch(state: State, batch: Batch, entry: Entry) -> None:
                 count_failure(state, tool, result, count)
         failures = batch.failed.get(last, copies) if entry.error else None
     entry.held = entry.held or batch.held
-    state.window += batch.seen
+    state.window = (state.window + batch.seen)[-_MOST:]
     batch.seen = ""
     fold(state, entry, copies, failures)
 
