@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
-import pytest
+import statistics
 
-from mcp_loop_guard.core import Family, Policy
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from mcp_loop_guard.core import Family, Policy, patience
 from tests.unit.timed import ALLOW, BLOCK, WARN, Timed, actions, first, text
 
 STATUS = ("job_status", {"job": "release-42"}, text("queued: waiting for a runner"))
@@ -109,3 +113,9 @@ def test_a_loop_already_refused_stays_refused_however_long_the_agent_waits() -> 
         agent.call("read_file", {"path": f"f{i}"}, text(f"file {i}"))
     [agent.call(*STATUS) for _ in range(5)]
     assert agent.call(*STATUS, think=600.0).action is BLOCK
+
+
+@given(st.lists(st.floats(min_value=0, max_value=1e6), min_size=1, max_size=64))
+def test_the_rhythms_median_is_the_standard_librarys(gaps: list[float]) -> None:
+    """The guard's own median (no ``statistics`` import in every guard) agrees with ``statistics.median``."""
+    assert patience._median(gaps) == statistics.median(gaps)

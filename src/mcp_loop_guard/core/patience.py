@@ -18,7 +18,6 @@ that waits is never refused for its waiting, and a loop that stops waiting goes 
 from __future__ import annotations
 
 from itertools import pairwise
-from statistics import median
 from typing import Final
 
 from mcp_loop_guard.core.state import MAX_PACE, Entry, State
@@ -53,7 +52,7 @@ def long_gap(state: State, gap: float) -> bool:
     """
     if len(state.pace) < RHYTHM_CALLS:
         return False
-    usual = median(state.pace)
+    usual = _median(state.pace)
     return gap >= LONG_FACTOR * usual and gap - usual >= LONG_MIN_SECONDS
 
 
@@ -76,12 +75,20 @@ def backing_off(state: State, call: str, gap: float) -> bool:
     return all(later >= GROWTH * earlier and later - earlier >= step for earlier, later in pairwise(waits))
 
 
+def _median(values: list[float]) -> float:
+    """The middle of ``values`` (not empty), as :func:`statistics.median` gives it, without importing that
+    module (and ``fractions``) into every guard."""
+    ordered = sorted(values)
+    half = len(ordered) // 2
+    return ordered[half] if len(ordered) % 2 else (ordered[half - 1] + ordered[half]) / 2
+
+
 def _jitter(gaps: list[float]) -> float:
     """How much the agent's thinking time varies by itself: the mean distance of its gaps from their median
     (a mean, not a median, so that one change of pace among few gaps still counts)."""
     if len(gaps) < RHYTHM_CALLS:
         return 0.0
-    middle = median(gaps)
+    middle = _median(gaps)
     return sum(abs(gap - middle) for gap in gaps) / len(gaps)
 
 
