@@ -190,8 +190,8 @@ _HTTP_CLIENT = (
 
 
 async def test_stdio_guard_loads_only_what_a_stdio_server_needs(connect: Connector, counting: CountingUpstream) -> None:
-    """In front of a stdio server the guard loads neither the MCP SDK nor its own HTTP client: every module is
-    memory in each of the guards a user runs (one per server)."""
+    """In front of a stdio server the guard loads neither the MCP SDK, its own HTTP client nor the router of several
+    servers: every module is memory in each of the guards a user runs (one per server)."""
     server = ["env", "-u", "PYTHONPROFILEIMPORTTIME", *counting.command]  # the server's imports are not the guard's
     async with connect(server, env={**counting.env, "PYTHONPROFILEIMPORTTIME": "1"}) as conn:
         with anyio.fail_after(10):
@@ -204,6 +204,7 @@ async def test_stdio_guard_loads_only_what_a_stdio_server_needs(connect: Connect
     assert "mcp_loop_guard.proxy.relay.pipe" in imported  # the import list is the guard's, and complete
     assert {name for name in imported if name.split(".")[0] in ("mcp", "mcp_types")} == set()
     assert imported.isdisjoint(_HTTP_CLIENT)
+    assert {name for name in imported if name.startswith("mcp_loop_guard.proxy.upstream.router")} == set()
 
 
 async def test_on_an_unsupported_system_the_guard_starts_nothing_and_says_so_in_one_line(tmp_path: Path) -> None:

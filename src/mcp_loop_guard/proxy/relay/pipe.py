@@ -13,7 +13,9 @@ annotations (:mod:`.tool_list`).
 from __future__ import annotations
 
 import logging
+import sys
 from collections.abc import Awaitable, Callable, Mapping, Sequence
+from typing import TYPE_CHECKING
 
 from mcp_loop_guard.config import ServerSpec
 from mcp_loop_guard.core import replies
@@ -26,10 +28,12 @@ from mcp_loop_guard.proxy.relay.tool_list import ToolList
 from mcp_loop_guard.proxy.relay.verdicts import SERVER_INFO
 from mcp_loop_guard.proxy.upstream.channel import Channel, UpstreamDownError
 from mcp_loop_guard.proxy.upstream.channels import Opener
-from mcp_loop_guard.proxy.upstream.router import Router
 from mcp_loop_guard.proxy.wire import messages as wire
 from mcp_loop_guard.proxy.wire.lines import Oversized
 from mcp_loop_guard.proxy.wire.messages import BadLine, Message, RequestId
+
+if TYPE_CHECKING:
+    from mcp_loop_guard.proxy.upstream.router import Router
 
 logger = logging.getLogger(__name__)
 
@@ -58,7 +62,7 @@ class Pipe:
         self.limits = limits
         self.on_abort = on_abort
         self.upstream: Channel = opener(self)
-        self.router = self.upstream if isinstance(self.upstream, Router) else None
+        self.router = _router(self.upstream)
         self.tools = ToolList(self.upstream, limits)
         self.flights = Flights(self.upstream, limits, send, judge)
         self.tasks = HeldTasks(judge)
@@ -287,3 +291,9 @@ class Pipe:
             self.server = servers[0].name if len(servers) == 1 else self.server
             self.tools.facts.forget()
         return problem
+
+
+def _router(upstream: Channel) -> Router | None:
+    """The upstream when it is a router; its module is loaded only in front of several servers."""
+    module = sys.modules.get("mcp_loop_guard.proxy.upstream.router")
+    return upstream if module is not None and isinstance(upstream, module.Router) else None

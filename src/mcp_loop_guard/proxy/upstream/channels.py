@@ -22,12 +22,12 @@ from mcp_loop_guard.config import HttpServer, ServerSpec
 from mcp_loop_guard.plan import Limits
 from mcp_loop_guard.proxy.upstream.channel import Channel, Receiver
 from mcp_loop_guard.proxy.upstream.child import ChildProcess
-from mcp_loop_guard.proxy.upstream.router import MemberOpener, Router
-from mcp_loop_guard.proxy.upstream.router_lists import Catalog
 from mcp_loop_guard.proxy.upstream.stdio import HANDSHAKE_TIMEOUT, StdioUpstream
 
 if TYPE_CHECKING:
     from mcp_loop_guard.proxy.upstream.http_lines import HttpLines
+    from mcp_loop_guard.proxy.upstream.router import MemberOpener
+    from mcp_loop_guard.proxy.upstream.router_lists import Catalog
     from mcp_loop_guard.proxy.upstream.sse_lines import SseLines
 
 __all__ = ["Opener", "channel", "opener"]
@@ -57,6 +57,9 @@ def opener(
     make = member or partial(channel, limits=limits, lenient=True)
 
     def router(receiver: Receiver) -> Channel:
+        from mcp_loop_guard.proxy.upstream.router import Router  # noqa: PLC0415 - a guard of one server needs none
+        from mcp_loop_guard.proxy.upstream.router_lists import Catalog  # noqa: PLC0415 - nor this
+
         catalog_ = catalog or Catalog()
         return Router(servers, receiver, make, catalog=catalog_, call_timeout=limits.call_timeout, usable=usable)
 
