@@ -127,7 +127,7 @@ async def test_a_child_refusing_the_handshake_is_down_with_what_it_said_and_star
     assert mux is None
 
 
-# Answers the handshake, then stops reading its input and asks the guard something.
+# Answers the handshake and tools/list, then stops reading its input and asks the guard something.
 _DEAF = """
 import json, os, sys, time
 line = sys.stdin.readline()
@@ -137,20 +137,28 @@ result = {"protocolVersion": message["params"]["protocolVersion"], "capabilities
 sys.stdout.write(json.dumps({"jsonrpc": "2.0", "id": message["id"], "result": result}) + "\\n")
 sys.stdout.flush()
 sys.stdin.readline()
+listing = json.loads(sys.stdin.readline())
+tools = [{"name": "deaf", "inputSchema": {"type": "object"}}]
+sys.stdout.write(json.dumps({"jsonrpc": "2.0", "id": listing["id"], "result": {"tools": tools}}) + "\\n")
+sys.stdout.flush()
 os.close(0)
 time.sleep(0.2)
 sys.stdout.write(json.dumps({"jsonrpc": "2.0", "id": "ask-1", "method": "roots/list"}) + "\\n")
 sys.stdout.flush()
+open(sys.argv[1], "w").close()
 time.sleep(30)
 """
 
 
-async def test_a_child_that_stopped_reading_is_down_with_why_and_started_again(
+async def test_a_child_that_stopped_reading_keeps_its_reader_going(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    """The refusal of its request cannot be written: down, saying it stopped reading, restarted; no traceback."""
-    async with supervised(tmp_path, _DEAF) as child:
-        await until(lambda: child.restarts >= 1)
-        detail = child.detail
-    assert "stopped reading its input" in detail, detail
+    """The refusal of its request cannot be written: no traceback, and what the child writes next is still read
+    (a child that exits after answering is then down for its exit, with its answers taken)."""
+    asked = tmp_path / "asked"
+    async with supervised(tmp_path, _DEAF, str(asked)) as child:
+        await until(asked.exists)
+        await anyio.sleep(0.5)  # the refusal is tried as soon as the request is read; nothing to wait on when it fails
+        status, restarts = child.status, child.restarts
     assert "unexpectedly" not in caplog.text, caplog.text
+    assert (status, restarts) == ("ready", 0)

@@ -21,6 +21,7 @@ share is dropped.
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import logging
 import secrets
@@ -173,7 +174,8 @@ class Mux:
             await self._deliver(asking[0], message)
             return
         refusal = wire.error(message.id, wire.INVALID_REQUEST, replies.cannot_route(bool(asking)))
-        await self.write(refusal.line())
+        with contextlib.suppress(UpstreamDownError):  # gone: read on to the end of what it wrote (its tools, its exit)
+            await self.write(refusal.line())
 
     async def _notification(self, message: Message) -> None:
         method = message.method
