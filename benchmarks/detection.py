@@ -370,6 +370,11 @@ def _plain(title: str, header: Sequence[str], rows: Sequence[Sequence[str]]) -> 
     return "\n".join(lines)
 
 
+def headline_markdown(outcomes: Sequence[Outcome]) -> str:
+    """The summary as the README publishes it: one Markdown table, a column per speed."""
+    return _markdown(["", *(_speed(s) for s in SPACINGS)], headline_rows(outcomes))
+
+
 def _markdown(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
     lines = ["| " + " | ".join(header) + " |", "| " + " | ".join("---" for _ in header) + " |"]
     lines += ["| " + " | ".join(row) + " |" for row in rows]
@@ -404,7 +409,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     groups = ["due refused / short warned / productive refused / productive warned wrongly", *spacings]
     if args.markdown:
         print(f"Traces: {summary}; defaults; {stamp}.\n")
-        print(_markdown(header, headline_rows(outcomes)))
+        print(headline_markdown(outcomes))
         print()
         print(_markdown(["source", *spacings], group_rows([o for o in outcomes if o.case.corpus != "lab"], "source")))
         return 0

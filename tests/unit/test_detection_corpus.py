@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections import defaultdict
+from pathlib import Path
 
 import pytest
 from benchmarks.detection import (
@@ -11,6 +12,8 @@ from benchmarks.detection import (
     evaluate,
     evaluate_all,
     hard_cases,
+    headline_markdown,
+    lab_cases,
     labels,
     real_cases,
     tally,
@@ -105,3 +108,11 @@ def test_hard_loops_are_refused_and_waiting_is_never_refused_at_any_speed(at_eve
         waiting = [o.case.name for o in hard if o.case.kind in {"wait_poll", "backoff"} and o.refused]
         assert waiting == [], spacing
         assert all(o.refused_in_time for o in hard if o.case.kind in {"batch_errors", "side_effect"}), spacing
+
+
+def test_the_readme_publishes_the_benchmarks_table_of_this_code(at_every_speed: list[Judged]) -> None:
+    """The README's detection table is what ``python -m benchmarks.detection --markdown`` prints for the code as
+    it is: a change of any figure, at any speed, fails here until the table is printed again."""
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text(encoding="utf-8")
+    table = headline_markdown([*at_every_speed, *evaluate_all(lab_cases())])
+    assert table in readme, f"the README's detection table is not the benchmark's output; it now prints:\n{table}"
