@@ -22,19 +22,15 @@ A member that goes away fails only its own requests; the client is told its tool
 
 from __future__ import annotations
 
-import itertools
 import logging
-import secrets
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping
 from typing import Any
 
-from mcp_loop_guard.config import ServerSpec
 from mcp_loop_guard.core import replies
 from mcp_loop_guard.proxy.upstream.catalog import AmbiguousError, Names
-from mcp_loop_guard.proxy.upstream.channel import Item, Receiver, UpstreamDownError
+from mcp_loop_guard.proxy.upstream.channel import Item, UpstreamDownError
 from mcp_loop_guard.proxy.upstream.router_lists import (
     LISTS,
-    Catalog,
 )
 from mcp_loop_guard.proxy.upstream.router_members import MemberOpener, Members, envelope
 from mcp_loop_guard.proxy.wire import messages as wire
@@ -65,26 +61,6 @@ class _Unroutable(Exception):  # noqa: N818 - not a failure: the answer the clie
 
 class Router(Members):
     """Several channels as one (see the module's text)."""
-
-    def __init__(
-        self,
-        specs: Sequence[ServerSpec],
-        receiver: Receiver,
-        opener: MemberOpener,
-        *,
-        catalog: Catalog,
-        call_timeout: float | None = None,
-        usable: Callable[[str], bool] | None = None,
-    ) -> None:
-        """Members made by ``opener``; ``catalog`` keeps the merged names; ``usable``: see :class:`.Members`."""
-        super().__init__(specs, receiver, opener, catalog=catalog, call_timeout=call_timeout, usable=usable)
-        self._routed: dict[RequestId, tuple[str, str]] = {}
-        """The client's requests routed to one member: id -> (member, method)."""
-        self._tasks: dict[str, str] = {}
-        self._asks: dict[str, tuple[str, RequestId]] = {}
-        """The members' requests to the client, by the router's id: (member, the member's id)."""
-        self._nonce = f"mlg-r{secrets.token_hex(3)}-"
-        self._ids = itertools.count(1)
 
     def label_for(self, ident: RequestId) -> str:
         """The member a client request went to."""

@@ -7,7 +7,9 @@ answers for all of them, merged (:mod:`.router_lists`).
 
 from __future__ import annotations
 
+import itertools
 import logging
+import secrets
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -93,6 +95,14 @@ class Members:
         self._opened = False
         self._asked = Asks()
         self._listens = Listens(receiver.from_upstream, GUARD_INFO)
+        # The router's routing, kept here with its members:
+        self._routed: dict[RequestId, tuple[str, str]] = {}
+        """The client's requests routed to one member: id -> (member, method)."""
+        self._tasks: dict[str, str] = {}
+        self._asks: dict[str, tuple[str, RequestId]] = {}
+        """The members' requests to the client, by the router's id: (member, the member's id)."""
+        self._nonce = f"mlg-r{secrets.token_hex(3)}-"
+        self._ids = itertools.count(1)
         self._tg: anyio.abc.TaskGroup | None = None
         self._scopes: dict[str, anyio.CancelScope] = {}
 
