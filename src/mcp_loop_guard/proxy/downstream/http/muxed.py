@@ -29,7 +29,7 @@ from mcp_loop_guard.proxy.downstream.http.middleware import HostRules
 from mcp_loop_guard.proxy.downstream.http.muxed_sessions import MuxedSession
 from mcp_loop_guard.proxy.downstream.http.muxed_stateless import StatelessRequests
 from mcp_loop_guard.proxy.downstream.http.session_relay import SessionRelay
-from mcp_loop_guard.proxy.downstream.http.translating import Translating
+from mcp_loop_guard.proxy.downstream.http.translating import over_shared_children
 from mcp_loop_guard.proxy.relay.judge import Judge
 from mcp_loop_guard.proxy.relay.pipe import Pipe
 from mcp_loop_guard.proxy.relay.tools import ToolFacts
@@ -59,14 +59,7 @@ class MuxedRelay(SessionRelay):
         first: ChildProcess | None = None,
     ) -> None:
         """``first``: the child, started before the guard loaded its web server."""
-        translating = Translating(
-            plan,
-            agents=agents,
-            metrics=metrics,
-            security=security,
-            build=self._translation,
-            module="mcp_loop_guard.proxy.downstream.http.muxed_sdk",
-        )
+        translating = over_shared_children(plan, self._translation, agents=agents, metrics=metrics, security=security)
         super().__init__(plan, agents=agents, metrics=metrics, translating=translating, security=security)
         self.security = security
         self.slots = [SharedChild(spec, plan.limits, first=first)]

@@ -31,7 +31,7 @@ from mcp_loop_guard.proxy.downstream.http.middleware import HostRules
 from mcp_loop_guard.proxy.downstream.http.muxed_sessions import MuxedSession
 from mcp_loop_guard.proxy.downstream.http.probe import HttpProbe, SseProbe
 from mcp_loop_guard.proxy.downstream.http.session_relay import SessionRelay
-from mcp_loop_guard.proxy.downstream.http.translating import START_TIMEOUT, Translating
+from mcp_loop_guard.proxy.downstream.http.translating import START_TIMEOUT, Translating, over_shared_children
 from mcp_loop_guard.proxy.relay.judge import Judge
 from mcp_loop_guard.proxy.relay.pipe import Pipe
 from mcp_loop_guard.proxy.upstream.channel import Channel, Receiver
@@ -62,14 +62,7 @@ class RoutedRelay(SessionRelay):
         security: HostRules,
     ) -> None:
         """Every configured server is started by :meth:`supervise`."""
-        translating = Translating(
-            plan,
-            agents=agents,
-            metrics=metrics,
-            security=security,
-            build=self._translation,
-            module="mcp_loop_guard.proxy.downstream.http.muxed_sdk",
-        )
+        translating = over_shared_children(plan, self._translation, agents=agents, metrics=metrics, security=security)
         super().__init__(plan, agents=agents, metrics=metrics, translating=translating, security=security)
         self.security = security
         self.specs: list[ServerSpec] = list(plan.config.servers)

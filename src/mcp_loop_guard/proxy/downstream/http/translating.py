@@ -15,7 +15,7 @@ from __future__ import annotations
 import importlib
 import logging
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Final
 
 import anyio
 import anyio.abc
@@ -30,7 +30,7 @@ from mcp_loop_guard.proxy.downstream.http.middleware import HostRules
 if TYPE_CHECKING:
     from mcp_loop_guard.proxy.downstream.http.sessionless import Sessionless
 
-__all__ = ["START_TIMEOUT", "Build", "Translating"]
+__all__ = ["SHARED_CHILDREN", "START_TIMEOUT", "Build", "Translating", "over_shared_children"]
 
 logger = logging.getLogger(__name__)
 
@@ -114,3 +114,14 @@ class Translating:
         for slot in slots:
             await slot.wait_settled(START_TIMEOUT)
         return Sessionless(plan, factory=factory, agents=self.agents, security=self.security)
+
+
+SHARED_CHILDREN: Final = "mcp_loop_guard.proxy.downstream.http.muxed_sdk"
+"""The SDK path over the guard's shared children (and routers), loaded only by a 2026-07-28 request."""
+
+
+def over_shared_children(
+    plan: Plan, build: Build, *, agents: Agents, metrics: Metrics, security: HostRules
+) -> Translating:
+    """The era translation of a relay whose upstreams are its own shared children: ``build`` makes it."""
+    return Translating(plan, agents=agents, metrics=metrics, security=security, build=build, module=SHARED_CHILDREN)
