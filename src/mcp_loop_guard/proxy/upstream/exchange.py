@@ -26,10 +26,10 @@ logger = logging.getLogger(__name__)
 __all__ = [
     "FORWARDED_REQUEST_HEADERS",
     "HttpExchange",
+    "OneHttpServer",
     "Response",
     "UpstreamHttpError",
     "forwarded_response_headers",
-    "retarget",
 ]
 
 FORWARDED_REQUEST_HEADERS = frozenset({b"accept", b"content-type", b"last-event-id", b"traceparent", b"tracestate"})
@@ -157,18 +157,23 @@ class HttpExchange:
         return (moved.path or "/") + (f"?{moved.query}" if moved.query else "")
 
 
-def retarget(current: HttpServer, servers: Sequence[ServerSpec], exchange: HttpExchange) -> HttpServer | str:
-    """A config reload of a relay of one HTTP server: the same endpoint with new headers, else why not.
+class OneHttpServer:
+    """A channel to one HTTP server through an exchange: a config reload may give it new headers, nothing more."""
 
-    The headers go with the next request (a rotated token); another URL or transport needs a restart.
-    """
-    spec = servers[0] if len(servers) == 1 else None
-    if not isinstance(spec, HttpServer):
-        return replies.ONE_AND_SEVERAL if len(servers) > 1 else replies.OTHER_SERVERS
-    if spec.url != current.url or spec.transport != current.transport:
-        return replies.OTHER_URL
-    exchange.use_headers(spec.headers)
-    return spec
+    spec: HttpServer
+    exchange: HttpExchange
+
+    async def reconfigure(self, servers: Sequence[ServerSpec]) -> str | None:
+        """The same endpoint with new headers goes with the next request (a rotated token); why not, otherwise:
+        another URL or transport, or another number of servers, needs a restart."""
+        spec = servers[0] if len(servers) == 1 else None
+        if not isinstance(spec, HttpServer):
+            return replies.ONE_AND_SEVERAL if len(servers) > 1 else replies.OTHER_SERVERS
+        if spec.url != self.spec.url or spec.transport != self.spec.transport:
+            return replies.OTHER_URL
+        self.exchange.use_headers(spec.headers)
+        self.spec = spec
+        return None
 
 
 def _with_identity(headers: Mapping[str, str]) -> dict[str, str]:

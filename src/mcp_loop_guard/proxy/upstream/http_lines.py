@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -23,10 +23,10 @@ import anyio
 import anyio.abc
 
 from mcp_loop_guard import codec
-from mcp_loop_guard.config import HttpServer, ServerSpec
+from mcp_loop_guard.config import HttpServer
 from mcp_loop_guard.core import replies
 from mcp_loop_guard.proxy.upstream.channel import OwnRequests, Receiver, UpstreamDownError
-from mcp_loop_guard.proxy.upstream.exchange import HttpExchange, Response, UpstreamHttpError, retarget
+from mcp_loop_guard.proxy.upstream.exchange import HttpExchange, OneHttpServer, Response, UpstreamHttpError
 from mcp_loop_guard.proxy.upstream.http_answers import EVENTS, JSON, Resume, drain, read_messages
 from mcp_loop_guard.proxy.upstream.http_headers import ParamHeaders, routing_headers
 from mcp_loop_guard.proxy.upstream.http_streams import HttpStreams
@@ -45,7 +45,7 @@ HOLD = 10.0
 """Seconds a notification or response may hold up the next message while the server takes it."""
 
 
-class HttpLines(HttpStreams):
+class HttpLines(HttpStreams, OneHttpServer):
     """A streamable HTTP upstream as a channel of messages (see :class:`~.channel.Channel`)."""
 
     def __init__(
@@ -106,14 +106,6 @@ class HttpLines(HttpStreams):
             with anyio.CancelScope(shield=True), anyio.move_on_after(2.0):
                 await self._end_session()
                 await self.exchange.aclose()
-
-    async def reconfigure(self, servers: Sequence[ServerSpec]) -> str | None:
-        """A config reload: the same server with new headers applies at the next request; another needs a restart."""
-        found = retarget(self.spec, servers, self.exchange)
-        if isinstance(found, str):
-            return found
-        self.spec = found
-        return None
 
     def learn_tools(self, tools: list[Any]) -> None:
         """Keep the tools' ``Mcp-Param-*`` declarations, for 2026-07-28 calls."""

@@ -12,18 +12,17 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Sequence
 from typing import Any
 from urllib.parse import urljoin, urlsplit
 
 import anyio
 import anyio.abc
 
-from mcp_loop_guard.config import HttpServer, ServerSpec
+from mcp_loop_guard.config import HttpServer
 from mcp_loop_guard.core import replies
 from mcp_loop_guard.proxy.upstream.backoff import Backoff
 from mcp_loop_guard.proxy.upstream.channel import OwnRequests, Receiver, UpstreamDownError
-from mcp_loop_guard.proxy.upstream.exchange import HttpExchange, UpstreamHttpError, retarget
+from mcp_loop_guard.proxy.upstream.exchange import HttpExchange, OneHttpServer, UpstreamHttpError
 from mcp_loop_guard.proxy.upstream.http_answers import EVENTS, JSON, drain
 from mcp_loop_guard.proxy.wire import sse
 from mcp_loop_guard.proxy.wire.messages import Message, RequestId, parse
@@ -33,7 +32,7 @@ __all__ = ["SseLines"]
 logger = logging.getLogger(__name__)
 
 
-class SseLines:
+class SseLines(OneHttpServer):
     """One legacy SSE session, opened again whenever its event stream ends."""
 
     def __init__(
@@ -225,14 +224,6 @@ class SseLines:
             )
         except UpstreamDownError:
             return None
-
-    async def reconfigure(self, servers: Sequence[ServerSpec]) -> str | None:
-        """A config reload: the same server with new headers applies at the next request; another needs a restart."""
-        found = retarget(self.spec, servers, self.exchange)
-        if isinstance(found, str):
-            return found
-        self.spec = found
-        return None
 
     def learn_tools(self, tools: list[Any]) -> None:
         """Nothing to learn: every message goes the same way."""
