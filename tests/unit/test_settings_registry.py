@@ -23,7 +23,7 @@ from mcp_loop_guard.core.registry import RULE
 from mcp_loop_guard.core.setting import Scope, Setting
 from mcp_loop_guard.overrides import THRESHOLDS, PolicySpec, ToolSpec
 from mcp_loop_guard.plan import plan
-from mcp_loop_guard.registry import GROUPS, REMOVED, RULE_SETTINGS, SETTINGS, global_settings
+from mcp_loop_guard.registry import GROUPS, RULE_SETTINGS, SETTINGS, global_settings
 from mcp_loop_guard.settings import Settings, load_settings
 from mcp_loop_guard.settings_doc import render
 
@@ -245,18 +245,6 @@ def test_docs_settings_md_is_made_from_the_registry() -> None:
     assert written == render(), "out of date: run python -m mcp_loop_guard.settings_doc > docs/settings.md"
     for setting in SETTINGS:
         assert f"| `{setting.key}`" in written
-
-
-def test_the_readme_names_only_real_settings_with_their_defaults() -> None:
-    """Each LOOP_GUARD_* variable the README names is a setting (or a removed one); a table row has its default."""
-    readme = (ROOT / "README.md").read_text(encoding="utf-8")
-    known = {setting.env: setting for setting in global_settings()}
-    removed = {f"LOOP_GUARD_{name.upper()}" for name in REMOVED}
-    named = set(re.findall(r"LOOP_GUARD_[A-Z][A-Z_]*[A-Z]", readme))
-    assert named - removed <= set(known), named - removed - set(known)
-    rows = re.findall(r"^\| `(LOOP_GUARD_[A-Z_]+)` \| `([^`]+)`", readme, flags=re.MULTILINE)
-    for variable, default in rows:
-        assert default == known[variable].shown_default.split()[0], variable
 
 
 def test_declarations_are_well_formed() -> None:
