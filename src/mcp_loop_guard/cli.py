@@ -276,6 +276,7 @@ def _start(args_list: list[str], early: ChildProcess | UpstreamStartError | None
     from mcp_loop_guard.config import ConfigError, load_config, stdio_command_config, url_config  # noqa: PLC0415
     from mcp_loop_guard.plan import plan  # noqa: PLC0415
     from mcp_loop_guard.proxy.upstream.child import UpstreamStartError  # noqa: PLC0415 - loaded already
+    from mcp_loop_guard.proxy.upstream.forward_proxy import ForwardProxyError, check_proxy_variables  # noqa: PLC0415
     from mcp_loop_guard.settings import SettingsError, load_settings, setting_fields  # noqa: PLC0415
 
     parser = guard_parser(setting_fields())
@@ -305,7 +306,8 @@ def _start(args_list: list[str], early: ChildProcess | UpstreamStartError | None
             config = stdio_command_config(command, args.cwd)
         settings = load_settings(config.settings, **overrides)
         decided = plan(config, settings, overrides)
-    except (ConfigError, SettingsError) as exc:
+        check_proxy_variables(config.servers)
+    except (ConfigError, SettingsError, ForwardProxyError) as exc:
         print(f"mcp-loop-guard: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
     listeners: list[socket.socket] = []

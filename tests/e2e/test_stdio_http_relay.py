@@ -8,6 +8,7 @@ unreachable server, and both protocol eras (2026-07-28 routing headers included)
 
 from __future__ import annotations
 
+import re
 from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack, asynccontextmanager
 from pathlib import Path
@@ -19,6 +20,7 @@ from mcp.client.subscriptions import ToolsListChanged
 from mcp.shared.exceptions import MCPError
 from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS
 
+from tests.forward_proxy import running_forward_proxy
 from tests.harness import (
     ClientUser,
     Connector,
@@ -33,7 +35,7 @@ from tests.harness import (
     server_environment,
     texts,
 )
-from tests.http_harness import Rig, ServerProcess, free_port, open_http_session, run_server
+from tests.http_harness import Rig, ServerProcess, free_port, open_http_session, poll, run_server
 
 pytestmark = [pytest.mark.anyio, pytest.mark.e2e]
 
@@ -124,6 +126,37 @@ def _failing_with(pattern: str) -> pytest.RaisesGroup[MCPError]:
 def _stdio_guard(url: str, marker: str) -> StdioServerParameters:
     argv = guard_command([], _guard_args(url))
     return StdioServerParameters(command=argv[0], args=argv[1:], env=server_environment(marker, None))
+
+
+async def test_a_server_behind_a_forward_proxy_is_reached_through_it(rig: Rig, tmp_path: Path) -> None:
+    """HTTP_PROXY (a real proxy asking for credentials) carries every request; with NO_PROXY the server is direct."""
+    log = tmp_path / "calls.jsonl"
+    nowhere = f"http://127.0.0.1:{free_port()}"
+    with running_forward_proxy(tmp_path / "proxy") as proxy:
+        async with rig.counting_http(log) as counting:
+            through = _stdio_guard(counting.mcp_url, rig.marker)
+            assert through.env is not None
+            through.env["HTTP_PROXY"] = proxy.url
+            with anyio.fail_after(30):
+                async with Client(through, mode="legacy") as client:
+                    answers = [await client.call_tool("constant", {}) for _ in range(5)]
+            direct = _stdio_guard(counting.mcp_url, rig.marker)
+            assert direct.env is not None
+            direct.env.update(HTTP_PROXY=nowhere, NO_PROXY="localhost,127.0.0.1")
+            with anyio.fail_after(30):
+                async with Client(direct, mode="legacy") as client:
+                    echoed = await client.call_tool("echo", {"text": "direct"})
+
+        async def requests() -> list[str]:
+            return proxy.requests()
+
+        with anyio.fail_after(10):
+            logged = await poll(requests, bool)
+    assert [action(answer) for answer in answers] == [None, None, "warn", "warn", "block"]
+    assert texts(echoed) == ["direct"]
+    assert len(counted_calls(log, "constant")) == 4
+    port = counting.mcp_url.split(":")[2].split("/")[0]
+    assert all(re.fullmatch(rf"(GET|POST|DELETE) 127\.0\.0\.1:{port}/mcp - 2\d\d .*", line) for line in logged), logged
 
 
 async def test_a_2026_client_crosses_with_its_routing_headers(rig: Rig) -> None:

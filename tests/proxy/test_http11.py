@@ -1,10 +1,13 @@
-"""The HTTP relay's own HTTP/1.1 client against real sockets: framing, streaming, keep-alive, broken servers, TLS."""
+"""The HTTP relay's own HTTP/1.1 client against real sockets: framing, streaming, keep-alive, broken servers, TLS,
+a real forward proxy."""
 
 from __future__ import annotations
 
+import base64
 import ssl
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from contextlib import asynccontextmanager, suppress
+from pathlib import Path
 
 import anyio
 import anyio.abc
@@ -12,8 +15,11 @@ import pytest
 import trustme
 from anyio.streams.tls import TLSListener
 
+from mcp_loop_guard.proxy.upstream.forward_proxy import ForwardProxy, ForwardProxyError, forward_proxy
 from mcp_loop_guard.proxy.upstream.http11 import Http11Error, Http11Pool
 from mcp_loop_guard.proxy.wire.header_text import UnsafeHeaderError
+from tests.forward_proxy import PASSWORD, ForwardProxyProcess, running_forward_proxy
+from tests.http_harness import poll
 
 pytestmark = pytest.mark.anyio
 
@@ -251,3 +257,115 @@ async def test_https_with_the_servers_certificate_verified() -> None:
                 await _read(untrusted)
         await trusted.aclose()
     assert answer == (200, b'{"ok":true}')
+
+
+@pytest.fixture
+def forward_proxy_process(tmp_path: Path) -> Iterator[ForwardProxyProcess]:
+    with running_forward_proxy(tmp_path / "proxy") as process:
+        yield process
+
+
+def _through(process: ForwardProxyProcess, *, refused: bool = False) -> ForwardProxy:
+    """The proxy, with its credentials or (``refused``) a wrong password."""
+    url = process.url.replace(PASSWORD, "wrong") if refused else process.url
+    return forward_proxy("http://x", {"http_proxy": url}) or pytest.fail("no proxy")
+
+
+async def _logged(process: ForwardProxyProcess, count: int) -> list[str]:
+    """The proxy's access log once it holds ``count`` lines (it writes one when a connection ends)."""
+
+    async def lines() -> list[str]:
+        return process.requests()
+
+    with anyio.fail_after(10):
+        return await poll(lines, lambda logged: len(logged) >= count)
+
+
+async def test_plain_http_goes_through_the_proxy_with_its_credentials(
+    forward_proxy_process: ForwardProxyProcess,
+) -> None:
+    """Absolute-form requests to the proxy, which asks for Basic credentials; the server gets them as its own."""
+    heads: list[bytes] = []
+    async with serving(answering(heads, OK)) as (url, _):
+        pool = Http11Pool(url, proxy=_through(forward_proxy_process))
+        refused = Http11Pool(url, proxy=_through(forward_proxy_process, refused=True))
+        with anyio.fail_after(10):
+            first = await _read(pool, b'{"a":1}')
+            second = await _read(pool)
+            denied = await _read(refused)
+        await pool.aclose()
+        await refused.aclose()
+        logged = await _logged(forward_proxy_process, 2)
+    assert first == second == (200, b'{"ok":true}')
+    assert denied[0] == 407
+    assert len(heads) == 2  # the refused request never reached the server
+    assert heads[0].startswith(b"POST /mcp HTTP/1.1\r\n")
+    assert b"proxy-authorization" not in heads[0].lower()
+    port = url.split(":")[2].split("/")[0]
+    assert f"POST 127.0.0.1:{port}/mcp - 200 OK" in logged
+
+
+async def test_https_goes_through_a_tunnel_with_the_servers_certificate_checked(
+    forward_proxy_process: ForwardProxyProcess,
+) -> None:
+    """CONNECT, then TLS with the server itself: an untrusted certificate still fails; a refused tunnel is named."""
+    authority = trustme.CA()
+    server_context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    authority.issue_cert("127.0.0.1").configure_cert(server_context)
+    client_context = ssl.create_default_context()
+    authority.configure_trust(client_context)
+    proxy = _through(forward_proxy_process)
+    async with serving(answering([], OK), tls=server_context) as (url, _):
+        trusted = Http11Pool(url, tls=client_context, proxy=proxy)
+        untrusted = Http11Pool(url, tls=ssl.create_default_context(), proxy=proxy)
+        refused = Http11Pool(url, tls=client_context, proxy=_through(forward_proxy_process, refused=True))
+        with anyio.fail_after(10):
+            answer = await _read(trusted)
+            with pytest.raises(Http11Error, match=r"certificate|SSL"):
+                await _read(untrusted)
+            with pytest.raises(Http11Error, match=r"through the proxy .*refused the tunnel: 407") as raised:
+                await _read(refused)
+        await trusted.aclose()
+        logged = await _logged(forward_proxy_process, 2)
+    assert answer == (200, b'{"ok":true}')
+    assert raised.value.connect
+    port = url.split(":")[2].split("/")[0]
+    assert any(line.startswith(f"CONNECT 127.0.0.1:{port}") for line in logged), logged
+
+
+@pytest.mark.parametrize(
+    ("url", "environ", "expected"),
+    [
+        ("http://api.example.com/mcp", {}, None),
+        ("http://api.example.com/mcp", {"HTTP_PROXY": "http://proxy:3128"}, ("proxy", 3128, False)),
+        ("http://api.example.com/mcp", {"HTTPS_PROXY": "http://proxy:3128"}, None),
+        ("https://api.example.com/mcp", {"HTTPS_PROXY": "https://proxy"}, ("proxy", 443, True)),
+        ("https://api.example.com/mcp", {"ALL_PROXY": "proxy:8080"}, ("proxy", 8080, False)),
+        ("http://a/mcp", {"http_proxy": "http://low:1", "HTTP_PROXY": "http://up:2"}, ("low", 1, False)),
+        ("http://api.example.com/mcp", {"HTTP_PROXY": "http://p:1", "NO_PROXY": "example.com"}, None),
+        ("http://api.example.com/mcp", {"HTTP_PROXY": "http://p:1", "no_proxy": ".example.com"}, None),
+        ("http://example.com/mcp", {"HTTP_PROXY": "http://p:1", "NO_PROXY": "example.com"}, None),
+        ("http://badexample.com/mcp", {"HTTP_PROXY": "http://p:1", "NO_PROXY": "example.com"}, ("p", 1, False)),
+        ("http://127.0.0.1:8000/mcp", {"HTTP_PROXY": "http://p:1", "NO_PROXY": "localhost, 127.0.0.1"}, None),
+        ("http://127.0.0.1:8000/mcp", {"HTTP_PROXY": "http://p:1", "NO_PROXY": "127.0.0.1:9000"}, ("p", 1, False)),
+        ("https://h/mcp", {"HTTPS_PROXY": "http://p:1", "NO_PROXY": "h:443"}, None),
+        ("https://h/mcp", {"HTTPS_PROXY": "http://p:1", "NO_PROXY": "*"}, None),
+    ],
+)
+def test_the_proxy_variables_are_read_as_the_sdks_client_reads_them(
+    url: str, environ: dict[str, str], expected: tuple[str, int, bool] | None
+) -> None:
+    """By the upstream's scheme, then ALL_PROXY; lower case first; NO_PROXY names hosts, domains, ports or all."""
+    found = forward_proxy(url, environ)
+    assert (found.host, found.port, found.secure) == expected if found else expected is None
+
+
+def test_a_proxy_the_guard_cannot_use_is_named_without_its_credentials() -> None:
+    """A SOCKS proxy is refused up front, naming the variable; the password is never shown."""
+    with pytest.raises(ForwardProxyError) as raised:
+        forward_proxy("https://h/mcp", {"HTTPS_PROXY": "socks5://user:hunter2@proxy:1080"})
+    assert str(raised.value).startswith("HTTPS_PROXY=socks5://proxy:1080: ")
+    assert "hunter2" not in str(raised.value)
+    found = forward_proxy("https://h/mcp", {"HTTPS_PROXY": "http://us%40er:p%3Ass@proxy:1080"})
+    assert found is not None
+    assert found.authorization == b"Basic " + base64.b64encode(b"us@er:p:ss")

@@ -307,3 +307,17 @@ def test_header_needs_upstream(capsys: pytest.CaptureFixture[str]) -> None:
     status, _, err = _run(capsys, "--header", "A: b", "--", "x")
     assert status == 2
     assert err.splitlines()[-1] == "mcp-loop-guard: error: --header goes with --upstream URL"
+
+
+def test_a_proxy_variable_the_guard_cannot_use_stops_it_at_start(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A SOCKS proxy for an HTTPS upstream: bad usage, naming the variable and not its password."""
+    monkeypatch.setenv("HTTPS_PROXY", "socks5://user:hunter2@proxy.internal:1080")
+    status, out, err = _run(capsys, "--upstream", "https://tools.example.com/mcp")
+    assert (status, out) == (2, "")
+    assert err.splitlines()[-1] == (
+        "mcp-loop-guard: error: HTTPS_PROXY=socks5://proxy.internal:1080: "
+        "the guard reaches upstreams through http:// or https:// proxies only"
+    )
+    assert "hunter2" not in err

@@ -16,6 +16,7 @@ from urllib.parse import urljoin, urlsplit
 
 from mcp_loop_guard.config import HttpServer, ServerSpec
 from mcp_loop_guard.core import replies
+from mcp_loop_guard.proxy.upstream.forward_proxy import forward_proxy
 from mcp_loop_guard.proxy.upstream.http11 import Http11Error, Http11Pool, Response
 from mcp_loop_guard.proxy.upstream.tls import CONNECT_TIMEOUT, tls_context
 from mcp_loop_guard.proxy.wire.header_text import UnsafeHeaderError
@@ -81,6 +82,7 @@ class HttpExchange:
             headers=_with_identity(spec.headers),
             tls=tls_context() if spec.url.lower().startswith("https:") else None,
             connect_timeout=CONNECT_TIMEOUT,
+            proxy=forward_proxy(spec.url),
         )
 
     def use_headers(self, headers: Mapping[str, str]) -> None:

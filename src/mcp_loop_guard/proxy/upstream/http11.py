@@ -1,14 +1,11 @@
 """A lean HTTP/1.1 client for the one upstream an HTTP relay talks to, over a pool of keep-alive connections.
 
-Every call of every agent crosses it, so it does only what that takes: one request at a time
-per connection, bodies of a known length, answers framed by ``Content-Length``, chunked
-transfer coding or the connection's end, streamed as they arrive (an event stream may last
-for hours). A general client (httpx) spent more time per call choosing among its pooled
-connections than the guard spent judging the call. An idle connection is reused newest first;
-one the server may have closed (idle too long, or readable while idle: its close is waiting)
-is dropped instead, and a request whose reused connection turns out closed before any answer
-came is sent again once on a new one. No header or target with a control character is written
-(:mod:`~mcp_loop_guard.proxy.wire.header_text`).
+Every call of every agent crosses it, so it does only what that takes (httpx spent more time
+per call choosing among its pooled connections than the guard spent judging the call): one
+request at a time per connection, answers framed by length, chunks or the connection's end and
+streamed as they arrive. An idle connection is reused newest first unless the server may have
+closed it; a request whose reused connection was closed before any answer is sent once more.
+No header or target with a control character is written (``wire.header_text``).
 """
 
 from __future__ import annotations
@@ -25,6 +22,7 @@ import anyio
 import anyio.abc
 from anyio.abc import SocketAttribute
 
+from mcp_loop_guard.proxy.upstream.forward_proxy import ForwardProxy, open_stream
 from mcp_loop_guard.proxy.wire.header_text import check_headers, check_request_line
 
 logger = logging.getLogger(__name__)
@@ -199,9 +197,11 @@ class Http11Pool:
         connect_timeout: float = 10.0,
         max_idle: int = 64,
         idle_expiry: float = 4.0,
+        proxy: ForwardProxy | None = None,
     ) -> None:
         """``headers`` go with every request; ``idle_expiry`` stays under common servers' keep-alive
-        timeouts (Node's is 5 s), so a connection is not reused just as the server closes it."""
+        timeouts (Node's is 5 s), so a connection is not reused just as the server closes it;
+        ``proxy``: the forward proxy every connection goes through."""
         parts = urlsplit(url)
         self.secure = parts.scheme == "https"
         self.host = parts.hostname or "localhost"
@@ -215,6 +215,11 @@ class Http11Pool:
         self.max_idle = max_idle
         self.idle_expiry = idle_expiry
         self.headers = _encoded(headers or {})
+        self.proxy = proxy
+        forwarded = proxy is not None and not self.secure  # the proxy's own connection: absolute-form targets
+        self._origin = b"http://" + self.authority if forwarded else b""
+        authorization = proxy.authorization if forwarded and proxy is not None else None
+        self._via = [b"proxy-authorization: " + authorization] if authorization else []
         self._idle: list[_Connection] = []
         self.opened = 0
         """Connections opened so far (a test's witness of reuse)."""
@@ -259,15 +264,12 @@ class Http11Pool:
                 if sent is not None:
                     sent()
                 response = await self._read_head(connection, head=method == "HEAD")
-            except Http11Error:
+            except (Http11Error, OSError, anyio.BrokenResourceError, ssl.SSLError) as error:
                 await connection.aclose()
                 if reused and attempt == 1:
                     continue  # the server had closed the idle connection: once more on a new one
-                raise
-            except (OSError, anyio.BrokenResourceError, ssl.SSLError) as error:
-                await connection.aclose()
-                if reused and attempt == 1:
-                    continue
+                if isinstance(error, Http11Error):
+                    raise
                 raise Http11Error(f"the connection broke ({type(error).__name__})") from None
             try:
                 yield response
@@ -281,7 +283,7 @@ class Http11Pool:
     def _head(self, method: str, headers: Headers, body: bytes, target: str) -> bytes:
         check_headers(headers)  # the configured ones were checked when they were set
         check_request_line(method, encoded := target.encode())
-        lines = [method.encode() + b" " + encoded + b" HTTP/1.1", b"host: " + self.authority]
+        lines = [method.encode() + b" " + self._origin + encoded + b" HTTP/1.1", b"host: " + self.authority, *self._via]
         given = {key for key, _ in headers}
         lines.extend(key + b": " + value for key, value in self.headers if key not in given)
         lines.extend(key + b": " + value for key, value in headers)
@@ -298,16 +300,12 @@ class Http11Pool:
             await connection.aclose()
         try:
             with anyio.fail_after(self.connect_timeout):
-                if self.secure:
-                    stream: anyio.abc.ByteStream = await anyio.connect_tcp(
-                        self.host, self.port, ssl_context=self.tls, tls_hostname=self.host
-                    )
-                else:
-                    stream = await anyio.connect_tcp(self.host, self.port)
+                stream = await open_stream(self.host, self.port, self.tls, self.proxy)
         except TimeoutError:
             raise Http11Error("connecting timed out", connect=True) from None
         except (OSError, ssl.SSLError) as error:
-            raise Http11Error(f"cannot connect ({error.strerror or type(error).__name__})", connect=True) from None
+            why = f"{' through the proxy' if self.proxy else ''} ({error.strerror or type(error).__name__})"
+            raise Http11Error(f"cannot connect{why}", connect=True) from None
         self.opened += 1
         return _Connection(stream), False
 
