@@ -1,7 +1,8 @@
 """The package's shape: proxy/ depends only downward, nothing imports in a circle, no proxy module grows unread.
 
-Read from the sources (module-level imports, ``TYPE_CHECKING`` blocks included), so a new
-import that breaks the layering fails here rather than in a reader's head.
+Read from the sources (module-level imports, ``TYPE_CHECKING`` blocks, imports made lazily
+inside functions, and modules loaded later by name), so a new import that breaks the
+layering fails here rather than in a reader's head, or at the first request that loads it.
 """
 
 from __future__ import annotations
@@ -31,18 +32,20 @@ def _modules() -> dict[str, Path]:
 
 
 def _imports(path: Path, modules: dict[str, Path]) -> set[str]:
-    """The package's modules that ``path`` imports at module level (a ``from pkg import sub`` names ``pkg.sub``)."""
+    """The package's modules that ``path`` imports, at module level or lazily inside a function.
+
+    A ``from pkg import sub`` names ``pkg.sub``; a module named in a string (what
+    ``importlib.import_module`` loads later) counts as imported too.
+    """
     found: set[str] = set()
-    body = ast.parse(path.read_text(encoding="utf-8")).body
-    statements: list[ast.stmt] = []
-    for node in body:
-        statements += node.body if isinstance(node, ast.If) else [node]  # if TYPE_CHECKING: ...
-    for node in statements:
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
         if isinstance(node, ast.Import):
             found |= {alias.name for alias in node.names if alias.name in modules}
         elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
             subs = {f"{node.module}.{alias.name}" for alias in node.names} & modules.keys()
             found |= subs or ({node.module} & modules.keys())
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value.startswith(f"{ROOT}.proxy."):
+            found |= {node.value} & modules.keys()
     return found
 
 
@@ -117,3 +120,6 @@ def test_the_layout_checks_see_the_package() -> None:
     assert f"{ROOT}.proxy.relay.pipe" in graph[f"{ROOT}.proxy.downstream.stdio"]
     assert any(_layer(name) == "wire" for name in graph[f"{ROOT}.proxy.relay.pipe"])
     assert len([name for name in graph if _layer(name)]) > 40
+    # lazy imports count: the SDK path loaded at the first 2026-07-28 request, the router in front of several
+    assert f"{ROOT}.proxy.downstream.http.sessionless" in graph[f"{ROOT}.proxy.downstream.http.translating"]
+    assert f"{ROOT}.proxy.upstream.pool" in graph[f"{ROOT}.proxy.downstream.http.translating"]

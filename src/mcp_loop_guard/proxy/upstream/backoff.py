@@ -1,9 +1,12 @@
-"""How long to wait before starting a crashed upstream again."""
+"""How long to wait for an upstream: before starting a crashed one again, and for its first connection."""
 
 from __future__ import annotations
 
 import random
 from dataclasses import dataclass
+
+START_TIMEOUT = 30.0
+"""How long start-up (or the first translated request) waits for an upstream's first connection attempt."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -44,9 +44,9 @@ from mcp_loop_guard.proxy.downstream.http.fronts import (
 from mcp_loop_guard.proxy.downstream.http.listen import listen
 from mcp_loop_guard.proxy.downstream.http.middleware import AuthGuard, BodyGuard, HostGuard, security_settings
 from mcp_loop_guard.proxy.downstream.http.protocol import protocol_class, raise_open_file_limit
-from mcp_loop_guard.proxy.downstream.http.translating import START_TIMEOUT
 from mcp_loop_guard.proxy.relay.stopping import STOPPING
 from mcp_loop_guard.proxy.upstream import signals
+from mcp_loop_guard.proxy.upstream.backoff import START_TIMEOUT
 from mcp_loop_guard.proxy.upstream.child import ChildProcess
 from mcp_loop_guard.proxy.upstream.health import Supervised
 from mcp_loop_guard.reload import on_sighup, reloader_for

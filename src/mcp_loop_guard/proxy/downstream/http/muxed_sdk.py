@@ -19,9 +19,8 @@ from mcp_loop_guard.plan import Limits, Plan
 from mcp_loop_guard.proxy.downstream.http.agents import Agents
 from mcp_loop_guard.proxy.downstream.http.middleware import HostRules
 from mcp_loop_guard.proxy.downstream.http.sessionless import Sessionless
-from mcp_loop_guard.proxy.downstream.http.translating import START_TIMEOUT
 from mcp_loop_guard.proxy.downstream.sessions import SessionFactory
-from mcp_loop_guard.proxy.upstream.backoff import Backoff
+from mcp_loop_guard.proxy.upstream.backoff import START_TIMEOUT, Backoff
 from mcp_loop_guard.proxy.upstream.mux import Mux
 from mcp_loop_guard.proxy.upstream.pool import PROXY_INFO, SHARED_CAPABILITIES, Slot
 from mcp_loop_guard.proxy.upstream.shared_child import SharedChild

@@ -31,9 +31,10 @@ from mcp_loop_guard.proxy.downstream.http.middleware import HostRules
 from mcp_loop_guard.proxy.downstream.http.muxed_sessions import MuxedSession
 from mcp_loop_guard.proxy.downstream.http.probe import HttpProbe, SseProbe
 from mcp_loop_guard.proxy.downstream.http.session_relay import SessionRelay
-from mcp_loop_guard.proxy.downstream.http.translating import START_TIMEOUT, Translating, over_shared_children
+from mcp_loop_guard.proxy.downstream.http.translating import Translating, over_shared_children
 from mcp_loop_guard.proxy.relay.judge import Judge
 from mcp_loop_guard.proxy.relay.pipe import Pipe
+from mcp_loop_guard.proxy.upstream.backoff import START_TIMEOUT
 from mcp_loop_guard.proxy.upstream.channel import Channel, Receiver
 from mcp_loop_guard.proxy.upstream.channels import channel, opener
 from mcp_loop_guard.proxy.upstream.exchange import HttpExchange

@@ -26,17 +26,14 @@ from mcp_loop_guard.metrics import Metrics
 from mcp_loop_guard.plan import Plan
 from mcp_loop_guard.proxy.downstream.http.agents import Agents
 from mcp_loop_guard.proxy.downstream.http.middleware import HostRules
+from mcp_loop_guard.proxy.upstream.backoff import START_TIMEOUT
 
 if TYPE_CHECKING:
     from mcp_loop_guard.proxy.downstream.http.sessionless import Sessionless
 
-__all__ = ["SHARED_CHILDREN", "START_TIMEOUT", "Build", "Translating", "over_shared_children"]
+__all__ = ["SHARED_CHILDREN", "Build", "Translating", "over_shared_children"]
 
 logger = logging.getLogger(__name__)
-
-START_TIMEOUT = 30.0
-"""How long start-up (or the first translated request) waits for an upstream's first connection attempt."""
-
 
 SESSIONLESS = "mcp_loop_guard.proxy.downstream.http.sessionless"
 
