@@ -26,6 +26,7 @@ from mcp_loop_guard.posix import unsupported
 from mcp_loop_guard.redaction import program_name
 
 if TYPE_CHECKING:
+    from mcp_loop_guard.config import GuardConfig
     from mcp_loop_guard.proxy.upstream.child import ChildProcess, UpstreamStartError
 
 SUBCOMMANDS = ("wrap", "unwrap", "replay", "state", "demo")
@@ -269,6 +270,14 @@ def _quiet_closed_stdout() -> None:
     os.close(devnull)
 
 
+def _check_proxy_variables(config: GuardConfig) -> None:
+    """Stop at start on a proxy variable an HTTP upstream would need and cannot use (stdio-only guards never look)."""
+    if any(hasattr(spec, "url") for spec in config.servers):
+        from mcp_loop_guard.proxy.upstream.forward_proxy import check_proxy_variables  # noqa: PLC0415
+
+        check_proxy_variables(config.servers)
+
+
 def _start(args_list: list[str], early: ChildProcess | UpstreamStartError | None) -> int:
     """Parse, check, and serve."""
     from mcp_loop_guard.app import serve  # noqa: PLC0415 - loaded after the upstream has started
@@ -276,7 +285,6 @@ def _start(args_list: list[str], early: ChildProcess | UpstreamStartError | None
     from mcp_loop_guard.config import ConfigError, load_config, stdio_command_config, url_config  # noqa: PLC0415
     from mcp_loop_guard.plan import plan  # noqa: PLC0415
     from mcp_loop_guard.proxy.upstream.child import UpstreamStartError  # noqa: PLC0415 - loaded already
-    from mcp_loop_guard.proxy.upstream.forward_proxy import ForwardProxyError, check_proxy_variables  # noqa: PLC0415
     from mcp_loop_guard.settings import SettingsError, load_settings, setting_fields  # noqa: PLC0415
 
     parser = guard_parser(setting_fields())
@@ -306,8 +314,8 @@ def _start(args_list: list[str], early: ChildProcess | UpstreamStartError | None
             config = stdio_command_config(command, args.cwd)
         settings = load_settings(config.settings, **overrides)
         decided = plan(config, settings, overrides)
-        check_proxy_variables(config.servers)
-    except (ConfigError, SettingsError, ForwardProxyError) as exc:
+        _check_proxy_variables(config)
+    except (ConfigError, SettingsError) as exc:
         print(f"mcp-loop-guard: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
     listeners: list[socket.socket] = []

@@ -18,10 +18,10 @@ from urllib.parse import unquote, urlsplit
 
 import anyio
 import anyio.abc
-from anyio.streams.tls import TLSStream
 
 from mcp_loop_guard.config import HttpServer, ServerSpec
 from mcp_loop_guard.proxy.upstream.tls import tls_context
+from mcp_loop_guard.settings import SettingsError
 
 __all__ = [
     "ForwardProxy",
@@ -33,7 +33,7 @@ __all__ = [
 ]
 
 
-class ForwardProxyError(ValueError):
+class ForwardProxyError(SettingsError):
     """A proxy variable the guard cannot use; the text names it, without its credentials."""
 
 
@@ -153,6 +153,8 @@ async def open_stream(
         if len(status) < 2 or not status[1].startswith(b"2") or not head.endswith(b"\r\n\r\n"):
             code = status[1].decode("latin-1") if len(status) > 1 else "?"
             raise TunnelRefusedError(0, f"it refused the tunnel: {code}")
+        from anyio.streams.tls import TLSStream  # noqa: PLC0415 - a guard in front of stdio servers never needs it
+
         return await TLSStream.wrap(stream, hostname=host, ssl_context=tls)
     except BaseException:
         with anyio.CancelScope(shield=True), suppress(OSError, anyio.BrokenResourceError, ssl.SSLError):
