@@ -30,17 +30,7 @@ from mcp_loop_guard.plan import Plan
 from mcp_loop_guard.proxy.downstream.agents import opened_events, opened_store
 from mcp_loop_guard.proxy.downstream.http.admin import ADMIN_PREFIX, Admin, LiveAgent
 from mcp_loop_guard.proxy.downstream.http.agents import Agents
-from mcp_loop_guard.proxy.downstream.http.fronts import (
-    channeled_front,
-    channeled_upstream,
-    muxed_front,
-    muxed_upstream,
-    relayed_front,
-    relayed_upstream,
-    routed_front,
-    routed_upstreams,
-    sdk_front,
-)
+from mcp_loop_guard.proxy.downstream.http.fronts import Start, topology
 from mcp_loop_guard.proxy.downstream.http.listen import listen
 from mcp_loop_guard.proxy.downstream.http.middleware import AuthGuard, BodyGuard, HostGuard, security_settings
 from mcp_loop_guard.proxy.downstream.http.protocol import protocol_class, raise_open_file_limit
@@ -222,18 +212,7 @@ async def _serve(plan: Plan, stop: _Stop, first: ChildProcess | None, sockets: l
         forget: Callable[[str], object] | None = store.forget if isinstance(store, MemoryStore) else None
         agents = Agents(plan, store, health, events, metrics.observer(), limit=settings.max_keys, on_evict=forget)
         async with anyio.create_task_group() as tg:
-            relayed = relayed_upstream(plan)
-            muxed = muxed_upstream(plan)
-            if relayed is not None:
-                served = await relayed_front(plan, relayed, agents, metrics, tg)
-            elif muxed is not None:
-                served = await muxed_front(plan, muxed, first, agents, metrics, tg)
-            elif (channeled := channeled_upstream(plan)) is not None:
-                served = await channeled_front(plan, channeled, agents, metrics, tg)
-            elif routed_upstreams(plan):
-                served = await routed_front(plan, agents, metrics, tg)
-            else:
-                served = await sdk_front(plan, first, agents, metrics, tg)
+            served = await topology(plan).build(plan, Start(agents, metrics, tg, first))
             sessions, slots = served.sessions, served.slots
             stop.reload = on_sighup(reloader_for(plan, served.reconfigure, tg), tg)
             for slot in list(slots):

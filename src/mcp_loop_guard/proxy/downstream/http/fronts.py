@@ -1,8 +1,9 @@
-"""Which front of the HTTP guard serves a plan, and how each is made.
+"""Which front of the HTTP guard serves a plan (:data:`TOPOLOGIES`, the first that serves it), and how each is made.
 
 The relays need no SDK to start: one HTTP server, one stdio server, one remote server with a
 session per client's, several servers through a router per session. The SDK path serves
-``--stateless`` requests the relays cannot take (several servers, a legacy SSE server).
+``--stateless`` requests the relays cannot take (several servers, a legacy SSE server). The
+rows are those of ARCHITECTURE.md's path table.
 """
 
 from __future__ import annotations
@@ -32,7 +33,10 @@ if TYPE_CHECKING:
     from mcp_loop_guard.proxy.upstream.pool import Slot
 
 __all__ = [
+    "TOPOLOGIES",
     "Served",
+    "Start",
+    "Topology",
     "channeled_front",
     "channeled_upstream",
     "muxed_front",
@@ -42,6 +46,7 @@ __all__ = [
     "routed_front",
     "routed_upstreams",
     "sdk_front",
+    "topology",
 ]
 
 
@@ -209,3 +214,68 @@ async def sdk_front(
         each.on_change(listener)
     await factory.supervise(tg)
     return Served(sessions, slots, factory.reconfigure)
+
+
+@dataclass(frozen=True, slots=True)
+class Start:
+    """What every front is made with."""
+
+    agents: Agents
+    metrics: Metrics
+    tg: anyio.abc.TaskGroup
+    first: ChildProcess | None
+    """The one stdio server's child, when it was started before the event loop."""
+
+
+@dataclass(frozen=True, slots=True)
+class Topology:
+    """One row of the path table: the plans it serves, and how its front is made."""
+
+    row: str
+    serves: Callable[[Plan], bool]
+    build: Callable[[Plan, Start], Awaitable[Served]]
+
+
+TOPOLOGIES: tuple[Topology, ...] = (
+    Topology(
+        "5: one streamable HTTP server, relayed request by request",
+        lambda plan: relayed_upstream(plan) is not None,
+        lambda plan, at: relayed_front(plan, _http(relayed_upstream(plan)), at.agents, at.metrics, at.tg),
+    ),
+    Topology(
+        "6: one stdio server, its child shared by every session",
+        lambda plan: muxed_upstream(plan) is not None,
+        lambda plan, at: muxed_front(plan, _stdio(muxed_upstream(plan)), at.first, at.agents, at.metrics, at.tg),
+    ),
+    Topology(
+        "7: one remote server, an upstream session for each client's",
+        lambda plan: channeled_upstream(plan) is not None,
+        lambda plan, at: channeled_front(plan, _http(channeled_upstream(plan)), at.agents, at.metrics, at.tg),
+    ),
+    Topology(
+        "8: several servers, a router per session",
+        routed_upstreams,
+        lambda plan, at: routed_front(plan, at.agents, at.metrics, at.tg),
+    ),
+    Topology(
+        "8s: --stateless requests to several servers or to one legacy SSE server, through the SDK",
+        lambda plan: plan.settings.transport != "stdio",
+        lambda plan, at: sdk_front(plan, at.first, at.agents, at.metrics, at.tg),
+    ),
+)
+"""In order: a plan is served by the first row that serves it."""
+
+
+def topology(plan: Plan) -> Topology:
+    """The row of the path table that serves an HTTP guard's plan."""
+    return next(row for row in TOPOLOGIES if row.serves(plan))
+
+
+def _http(spec: HttpServer | None) -> HttpServer:
+    assert spec is not None, "built only for a plan its row serves"
+    return spec
+
+
+def _stdio(spec: StdioServer | None) -> StdioServer:
+    assert spec is not None, "built only for a plan its row serves"
+    return spec
