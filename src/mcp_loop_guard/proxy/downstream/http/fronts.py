@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 import anyio
 import anyio.abc
@@ -31,6 +31,8 @@ if TYPE_CHECKING:
     from mcp_loop_guard.proxy.downstream.http.session_relay import SessionRelay
     from mcp_loop_guard.proxy.downstream.http.sessionless import SessionlessFront
     from mcp_loop_guard.proxy.upstream.pool import Slot
+
+S = TypeVar("S", bound=ServerSpec)
 
 __all__ = [
     "TOPOLOGIES",
@@ -107,6 +109,17 @@ def routed_upstreams(plan: Plan) -> bool:
     return stateful and len(plan.config.servers) > 1
 
 
+@dataclass(frozen=True, slots=True)
+class Start:
+    """What every front is made with."""
+
+    agents: Agents
+    metrics: Metrics
+    tg: anyio.abc.TaskGroup
+    first: ChildProcess | None
+    """The one stdio server's child, when it was started before the event loop."""
+
+
 @dataclass
 class Served:
     """What serves ``/mcp``, the upstreams ``/readyz`` reports, and how a config reload applies."""
@@ -116,33 +129,30 @@ class Served:
     reconfigure: Callable[[Sequence[ServerSpec]], Awaitable[str | None]]
 
 
-async def relayed_front(
-    plan: Plan, spec: HttpServer, agents: Agents, metrics: Metrics, tg: anyio.abc.TaskGroup
-) -> Served:
+async def relayed_front(plan: Plan, at: Start) -> Served:
     """One streamable HTTP server, relayed request by request: no SDK until a request needs translating."""
+    spec, agents, metrics = _one(relayed_upstream(plan)), at.agents, at.metrics
     translating = Translating(plan, agents=agents, metrics=metrics, security=security_settings(plan.settings))
     sessions = HttpRelay(plan, spec, agents=agents, metrics=metrics, translating=translating)
     probe = HttpProbe(spec, plan.limits, sessions.upstream)
-    await tg.start(probe.supervise)
+    await at.tg.start(probe.supervise)
     return Served(sessions, [probe], sessions.reconfigure)
 
 
-async def muxed_front(  # noqa: PLR0917 - what the front is made of, all needed
-    plan: Plan, spec: StdioServer, first: ChildProcess | None, agents: Agents, metrics: Metrics, tg: anyio.abc.TaskGroup
-) -> Served:
+async def muxed_front(plan: Plan, at: Start) -> Served:
     """One stdio server, its child shared by every session: no SDK until a request needs translating."""
     from mcp_loop_guard.proxy.downstream.http.muxed import MuxedRelay  # noqa: PLC0415 - only this front needs it
 
     security = security_settings(plan.settings)
-    sessions = MuxedRelay(plan, spec, agents=agents, metrics=metrics, security=security, first=first)
-    await sessions.supervise(tg)
+    spec = _one(muxed_upstream(plan))
+    sessions = MuxedRelay(plan, spec, agents=at.agents, metrics=at.metrics, security=security, first=at.first)
+    await sessions.supervise(at.tg)
     return Served(sessions, sessions.slots, sessions.reconfigure)
 
 
-async def channeled_front(
-    plan: Plan, spec: HttpServer, agents: Agents, metrics: Metrics, tg: anyio.abc.TaskGroup
-) -> Served:
+async def channeled_front(plan: Plan, at: Start) -> Served:
     """One remote server, a session of its own for each client's: no SDK until a request needs translating."""
+    spec, agents, metrics, tg = _one(channeled_upstream(plan)), at.agents, at.metrics, at.tg
     from mcp_loop_guard.proxy.downstream.http.channeled import ChanneledRelay  # noqa: PLC0415 - only this front needs it
 
     security = security_settings(plan.settings)
@@ -181,22 +191,17 @@ async def channeled_front(
     return Served(sessions, probes, reconfigure)
 
 
-async def routed_front(plan: Plan, agents: Agents, metrics: Metrics, tg: anyio.abc.TaskGroup) -> Served:
+async def routed_front(plan: Plan, at: Start) -> Served:
     """Several servers, each session through a router: no SDK until a 2026-07-28 request comes."""
     from mcp_loop_guard.proxy.downstream.http.routed import RoutedRelay  # noqa: PLC0415 - only this front needs it
 
-    sessions = RoutedRelay(plan, agents=agents, metrics=metrics, security=security_settings(plan.settings))
-    await sessions.supervise(tg)
+    sessions = RoutedRelay(plan, agents=at.agents, metrics=at.metrics, security=security_settings(plan.settings))
+    await sessions.supervise(at.tg)
     return Served(sessions, sessions.slots, sessions.reconfigure)
 
 
-async def sdk_front(
-    plan: Plan, first: ChildProcess | None, agents: Agents, metrics: Metrics, tg: anyio.abc.TaskGroup
-) -> Served:
-    """``--stateless`` in front of several servers or one legacy SSE server: the SDK path, its slots keeping them.
-
-    ``first``: a stdio server's child, started.
-    """
+async def sdk_front(plan: Plan, at: Start) -> Served:
+    """``--stateless`` in front of several servers or one legacy SSE server: the SDK path, its slots keeping them."""
     from mcp_loop_guard.proxy.downstream.http.sessionless import Sessionless, SessionlessFront  # noqa: PLC0415
     from mcp_loop_guard.proxy.downstream.sessions import SessionFactory  # noqa: PLC0415
     from mcp_loop_guard.proxy.upstream.pool import Slot  # noqa: PLC0415
@@ -205,26 +210,15 @@ async def sdk_front(
         """HTTP upstreams get a connection per session; stdio upstreams one shared child each."""
         return Slot(spec, shared=not isinstance(spec, HttpServer), limits=plan.limits, first=first)
 
-    slots = [slot(spec, first if spec is plan.single_stdio else None) for spec in plan.config.servers]
-    factory = SessionFactory(plan, slots, on_dropped=metrics.dropped, on_listed=metrics.learn, make_slot=slot)
+    slots = [slot(spec, at.first if spec is plan.single_stdio else None) for spec in plan.config.servers]
+    factory = SessionFactory(plan, slots, on_dropped=at.metrics.dropped, on_listed=at.metrics.learn, make_slot=slot)
     security = security_settings(plan.settings)
-    sessions = SessionlessFront(Sessionless(plan, factory=factory, agents=agents, security=security))
-    listener = factory.on_slot_change(tg)
+    sessions = SessionlessFront(Sessionless(plan, factory=factory, agents=at.agents, security=security))
+    listener = factory.on_slot_change(at.tg)
     for each in slots:
         each.on_change(listener)
-    await factory.supervise(tg)
+    await factory.supervise(at.tg)
     return Served(sessions, slots, factory.reconfigure)
-
-
-@dataclass(frozen=True, slots=True)
-class Start:
-    """What every front is made with."""
-
-    agents: Agents
-    metrics: Metrics
-    tg: anyio.abc.TaskGroup
-    first: ChildProcess | None
-    """The one stdio server's child, when it was started before the event loop."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -232,36 +226,21 @@ class Topology:
     """One row of the path table: the plans it serves, and how its front is made."""
 
     row: str
-    serves: Callable[[Plan], bool]
+    serves: Callable[[Plan], object]
+    """The row serves the plan when what this returns is true (a server's spec, or True)."""
     build: Callable[[Plan, Start], Awaitable[Served]]
 
 
+def _any_http(plan: Plan) -> bool:
+    return plan.settings.transport != "stdio"
+
+
 TOPOLOGIES: tuple[Topology, ...] = (
-    Topology(
-        "5: one streamable HTTP server, relayed request by request",
-        lambda plan: relayed_upstream(plan) is not None,
-        lambda plan, at: relayed_front(plan, _http(relayed_upstream(plan)), at.agents, at.metrics, at.tg),
-    ),
-    Topology(
-        "6: one stdio server, its child shared by every session",
-        lambda plan: muxed_upstream(plan) is not None,
-        lambda plan, at: muxed_front(plan, _stdio(muxed_upstream(plan)), at.first, at.agents, at.metrics, at.tg),
-    ),
-    Topology(
-        "7: one remote server, an upstream session for each client's",
-        lambda plan: channeled_upstream(plan) is not None,
-        lambda plan, at: channeled_front(plan, _http(channeled_upstream(plan)), at.agents, at.metrics, at.tg),
-    ),
-    Topology(
-        "8: several servers, a router per session",
-        routed_upstreams,
-        lambda plan, at: routed_front(plan, at.agents, at.metrics, at.tg),
-    ),
-    Topology(
-        "8s: --stateless requests to several servers or to one legacy SSE server, through the SDK",
-        lambda plan: plan.settings.transport != "stdio",
-        lambda plan, at: sdk_front(plan, at.first, at.agents, at.metrics, at.tg),
-    ),
+    Topology("5: one streamable HTTP server, relayed request by request", relayed_upstream, relayed_front),
+    Topology("6: one stdio server, its child shared by every session", muxed_upstream, muxed_front),
+    Topology("7: one remote server, an upstream session for each client's", channeled_upstream, channeled_front),
+    Topology("8: several servers, a router per session", routed_upstreams, routed_front),
+    Topology("8s: --stateless to several servers or to one legacy SSE server, through the SDK", _any_http, sdk_front),
 )
 """In order: a plan is served by the first row that serves it."""
 
@@ -271,11 +250,6 @@ def topology(plan: Plan) -> Topology:
     return next(row for row in TOPOLOGIES if row.serves(plan))
 
 
-def _http(spec: HttpServer | None) -> HttpServer:
-    assert spec is not None, "built only for a plan its row serves"
-    return spec
-
-
-def _stdio(spec: StdioServer | None) -> StdioServer:
+def _one(spec: S | None) -> S:
     assert spec is not None, "built only for a plan its row serves"
     return spec
