@@ -103,6 +103,17 @@ class SessionFactory:
             await own.prestart()
         return own
 
+    async def start(self, tg: anyio.abc.TaskGroup, *, settle: float | None = None) -> None:
+        """Keep every slot up in ``tg``, its changes told to every session; with ``settle``, wait at
+        most that long for each slot's first connection attempt (clients then see its tools)."""
+        listener = self.on_slot_change(tg)
+        for slot in self.slots:
+            slot.on_change(listener)
+        await self.supervise(tg)
+        if settle is not None:
+            for slot in self.slots:
+                await slot.wait_settled(settle)
+
     async def supervise(self, tg: anyio.abc.TaskGroup) -> None:
         """Keep every slot's shared connection (or probe) up in ``tg``; slots added later too."""
         self._supervising = tg

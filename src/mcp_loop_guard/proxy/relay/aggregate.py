@@ -9,7 +9,7 @@ The lists themselves are merged by :mod:`.merged`.
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import mcp_types as types
@@ -17,10 +17,9 @@ from mcp.shared.exceptions import MCPError
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from pydantic import BaseModel
 
-from mcp_loop_guard.proxy.relay.context import Context, Relay
+from mcp_loop_guard.proxy.relay.context import Context
 from mcp_loop_guard.proxy.relay.merged import LISTS, MergedLists, serves
 from mcp_loop_guard.proxy.upstream.catalog import AmbiguousError
-from mcp_loop_guard.proxy.upstream.links import Link
 
 logger = logging.getLogger(__name__)
 
@@ -41,20 +40,12 @@ RESOURCE_NOT_FOUND = -32002
 class Aggregate:
     """Where each request of one session goes, and how answers are merged."""
 
-    def __init__(
-        self,
-        links: Mapping[str, Link],
-        relay: Relay,
-        *,
-        on_dropped: Callable[[str, str], None] | None = None,
-        on_listed: Callable[[str, list[str]], None] | None = None,
-        owners: dict[str, tuple[str, str]] | None = None,
-    ) -> None:
-        """``on_dropped``, ``on_listed``, ``owners``: as :class:`MergedLists` takes them."""
-        self.links = links
-        self.relay = relay
-        self.single = next(iter(links.values())) if len(links) == 1 else None
-        self.lists = MergedLists(links, relay, on_dropped=on_dropped, on_listed=on_listed, owners=owners)
+    def __init__(self, lists: MergedLists) -> None:
+        """Requests go to ``lists``' links, through its relay; lists are merged by it."""
+        self.lists = lists
+        self.links = lists.links
+        self.relay = lists.relay
+        self.single = next(iter(self.links.values())) if len(self.links) == 1 else None
 
     @property
     def servers(self) -> list[str]:

@@ -27,6 +27,7 @@ from mcp_loop_guard.proxy.relay.aggregate import Aggregate, for_era
 from mcp_loop_guard.proxy.relay.context import Context
 from mcp_loop_guard.proxy.relay.judge import Judge
 from mcp_loop_guard.proxy.relay.lifecycle import Refused, begin, failure, timed_out
+from mcp_loop_guard.proxy.relay.merged import MergedLists
 from mcp_loop_guard.proxy.relay.sdk_server import SessionDownstream, SessionServer, client_identity, strip_envelope
 from mcp_loop_guard.proxy.relay.stopping import STOPPING
 from mcp_loop_guard.proxy.upstream.links import Link
@@ -64,7 +65,8 @@ class GuardedProxy:
         self.downstream = downstream
         self.judge_of = judge_of
         self.on_abort = on_abort
-        self.aggregate = Aggregate(self.links, self.relay, on_dropped=on_dropped, on_listed=on_listed, owners=owners)
+        lists = MergedLists(self.links, self.relay, on_dropped=on_dropped, on_listed=on_listed, owners=owners)
+        self.aggregate = Aggregate(lists)
         self.server = SessionServer(self)
         self._connected = False
         self._client: tuple[types.Implementation, types.ClientCapabilities] | None = None

@@ -12,14 +12,19 @@ from __future__ import annotations
 import logging
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
+from typing import Any
 from urllib.parse import urljoin, urlsplit
+
+import anyio
 
 from mcp_loop_guard.config import HttpServer, ServerSpec
 from mcp_loop_guard.core import replies
+from mcp_loop_guard.proxy.upstream.channel import OwnRequests, Receiver
 from mcp_loop_guard.proxy.upstream.forward_proxy import forward_proxy
 from mcp_loop_guard.proxy.upstream.http11 import Http11Error, Http11Pool, Response
 from mcp_loop_guard.proxy.upstream.tls import CONNECT_TIMEOUT, tls_context
 from mcp_loop_guard.proxy.wire.header_text import UnsafeHeaderError
+from mcp_loop_guard.proxy.wire.messages import RequestId
 from mcp_loop_guard.trace_context import checked_headers
 
 logger = logging.getLogger(__name__)
@@ -162,8 +167,28 @@ class HttpExchange:
 class OneHttpServer:
     """A channel to one HTTP server through an exchange: a config reload may give it new headers, nothing more."""
 
-    spec: HttpServer
-    exchange: HttpExchange
+    def __init__(self, spec: HttpServer, receiver: Receiver, *, max_bytes: int, handshake_timeout: float) -> None:
+        """What the server says goes to ``receiver``."""
+        self.spec = spec
+        self.exchange = HttpExchange(spec)
+        self.receiver = receiver
+        self.max_bytes = max_bytes
+        self.handshake_timeout = handshake_timeout
+        self.initialize: dict[str, Any] | None = None
+        self.initialized: bytes | None = None
+        self.restarts = 0
+        self._own = OwnRequests()
+        self._order = anyio.Lock()
+        """Messages go to the server in the order they came."""
+
+    @property
+    def label(self) -> str:
+        """How messages name the upstream: its server's name (never its URL, whose path may hold a key)."""
+        return f"`{self.spec.name}`"
+
+    def label_for(self, ident: RequestId) -> str:
+        """Every request goes to the one server."""
+        return self.label
 
     async def reconfigure(self, servers: Sequence[ServerSpec]) -> str | None:
         """The same endpoint with new headers goes with the next request (a rotated token); why not, otherwise:

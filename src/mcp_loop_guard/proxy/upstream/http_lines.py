@@ -25,8 +25,8 @@ import anyio.abc
 from mcp_loop_guard import codec
 from mcp_loop_guard.config import HttpServer
 from mcp_loop_guard.core import replies
-from mcp_loop_guard.proxy.upstream.channel import OwnRequests, Receiver, UpstreamDownError
-from mcp_loop_guard.proxy.upstream.exchange import HttpExchange, OneHttpServer, Response, UpstreamHttpError
+from mcp_loop_guard.proxy.upstream.channel import Receiver, UpstreamDownError
+from mcp_loop_guard.proxy.upstream.exchange import Response, UpstreamHttpError
 from mcp_loop_guard.proxy.upstream.http_answers import EVENTS, JSON, Resume, drain, read_messages
 from mcp_loop_guard.proxy.upstream.http_headers import ParamHeaders, routing_headers
 from mcp_loop_guard.proxy.upstream.http_streams import HttpStreams
@@ -45,7 +45,7 @@ HOLD = 10.0
 """Seconds a notification or response may hold up the next message while the server takes it."""
 
 
-class HttpLines(HttpStreams, OneHttpServer):
+class HttpLines(HttpStreams):
     """A streamable HTTP upstream as a channel of messages (see :class:`~.channel.Channel`)."""
 
     def __init__(
@@ -57,23 +57,14 @@ class HttpLines(HttpStreams, OneHttpServer):
         handshake_timeout: float,
     ) -> None:
         """What the server says goes to ``receiver``, with the requests it could not be asked or broke off."""
-        self.spec = spec
-        self.exchange = HttpExchange(spec)
-        self.receiver = receiver
-        self.max_bytes = max_bytes
-        self.handshake_timeout = handshake_timeout
-        self.initialize: dict[str, Any] | None = None
-        self.initialized: bytes | None = None
-        self.restarts = 0
+        super().__init__(spec, receiver, max_bytes=max_bytes, handshake_timeout=handshake_timeout)
         self.session: bytes | None = None
         """The server's ``Mcp-Session-Id`` (handshake era)."""
         self.version: bytes | None = None
         """The protocol version the handshake agreed on, sent as ``MCP-Protocol-Version``."""
         self.params = ParamHeaders()
         self._tg: anyio.abc.TaskGroup | None = None
-        self._order = anyio.Lock()
         self._reopening = anyio.Lock()
-        self._own = OwnRequests()
         self._busy = 0
         self._idle = anyio.Event()
         self._idle.set()
@@ -81,15 +72,6 @@ class HttpLines(HttpStreams, OneHttpServer):
         self._listening: bytes | None = None
         self._handshaken: Callable[[], None] | None = None
         """Lets the message after the client's initialize go, once its answer is in."""
-
-    @property
-    def label(self) -> str:
-        """How messages name the upstream: its server's name (never its URL, whose path may hold a key)."""
-        return f"`{self.spec.name}`"
-
-    def label_for(self, ident: RequestId) -> str:
-        """Every request goes to the one server."""
-        return self.label
 
     def down_reason(self) -> str | None:
         """Why the last message could not reach the upstream, until one does again."""

@@ -7,7 +7,7 @@ from collections.abc import AsyncIterator
 
 import anyio
 
-from mcp_loop_guard.proxy.upstream.exchange import HttpExchange, UpstreamHttpError
+from mcp_loop_guard.proxy.upstream.exchange import OneHttpServer, UpstreamHttpError
 from mcp_loop_guard.proxy.upstream.http_answers import EVENTS, Resume, drain, read_messages
 from mcp_loop_guard.proxy.wire.lines import Oversized
 from mcp_loop_guard.proxy.wire.messages import Message, RequestId
@@ -24,20 +24,13 @@ LISTEN_RETRY = (1.0, 30.0)
 """Seconds before the GET stream is opened again after it ended: the first wait, and the longest."""
 
 
-class HttpStreams:
+class HttpStreams(OneHttpServer):
     """The session's headers and its event streams; :class:`~.http_lines.HttpLines` sends the messages."""
 
-    exchange: HttpExchange
-    max_bytes: int
     session: bytes | None
     """The server's ``Mcp-Session-Id`` (handshake era)."""
     version: bytes | None
     """The protocol version the handshake agreed on, sent as ``MCP-Protocol-Version``."""
-
-    @property
-    def label(self) -> str:
-        """How messages name the upstream."""
-        raise NotImplementedError
 
     async def _take(self, item: Message | Oversized, sent: Message | None = None) -> None:
         """One message from the upstream, for the relay (or for a request of the guard's own)."""

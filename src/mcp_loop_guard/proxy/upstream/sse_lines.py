@@ -21,11 +21,11 @@ import anyio.abc
 from mcp_loop_guard.config import HttpServer
 from mcp_loop_guard.core import replies
 from mcp_loop_guard.proxy.upstream.backoff import Backoff
-from mcp_loop_guard.proxy.upstream.channel import OwnRequests, Receiver, UpstreamDownError
-from mcp_loop_guard.proxy.upstream.exchange import HttpExchange, OneHttpServer, UpstreamHttpError
+from mcp_loop_guard.proxy.upstream.channel import Receiver, UpstreamDownError
+from mcp_loop_guard.proxy.upstream.exchange import OneHttpServer, UpstreamHttpError
 from mcp_loop_guard.proxy.upstream.http_answers import EVENTS, JSON, drain
 from mcp_loop_guard.proxy.wire import sse
-from mcp_loop_guard.proxy.wire.messages import Message, RequestId, parse
+from mcp_loop_guard.proxy.wire.messages import Message, parse
 
 __all__ = ["SseLines"]
 
@@ -45,32 +45,14 @@ class SseLines(OneHttpServer):
         backoff: Backoff | None = None,
     ) -> None:
         """What the server says goes to ``receiver``; when the session ends, its requests in flight get why."""
-        self.spec = spec
-        self.exchange = HttpExchange(spec)
-        self.receiver = receiver
-        self.max_bytes = max_bytes
-        self.handshake_timeout = handshake_timeout
+        super().__init__(spec, receiver, max_bytes=max_bytes, handshake_timeout=handshake_timeout)
         self.backoff = backoff or Backoff()
-        self.initialize: dict[str, Any] | None = None
-        self.initialized: bytes | None = None
-        self.restarts = 0
         self._endpoint: str | None = None
         self._open = anyio.Event()
         self._tried = anyio.Event()
         """Set once the first attempt to open the stream succeeded or failed: messages then wait no more."""
         self._down = replies.STREAM_NOT_OPEN
-        self._own = OwnRequests()
-        self._order = anyio.Lock()
         self._streams = 0
-
-    @property
-    def label(self) -> str:
-        """How messages name the upstream: its server's name (never its URL, whose path may hold a key)."""
-        return f"`{self.spec.name}`"
-
-    def label_for(self, ident: RequestId) -> str:
-        """Every request goes to the one server."""
-        return self.label
 
     def down_reason(self) -> str | None:
         """Why no message can go now, or None while the session is open."""

@@ -214,10 +214,7 @@ async def sdk_front(plan: Plan, at: Start) -> Served:
     factory = SessionFactory(plan, slots, on_dropped=at.metrics.dropped, on_listed=at.metrics.learn, make_slot=slot)
     security = security_settings(plan.settings)
     sessions = SessionlessFront(Sessionless(plan, factory=factory, agents=at.agents, security=security))
-    listener = factory.on_slot_change(at.tg)
-    for each in slots:
-        each.on_change(listener)
-    await factory.supervise(at.tg)
+    await factory.start(at.tg)
     return Served(sessions, slots, factory.reconfigure)
 
 

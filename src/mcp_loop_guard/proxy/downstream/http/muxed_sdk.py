@@ -74,9 +74,7 @@ async def shared_translation(  # noqa: PLR0917 - what the SDK path is made of
     """The SDK path on the shared child ``current()``, its session supervised in ``tg``."""
     slot = ViewSlot(current, plan.limits)
     factory = SessionFactory(plan, [slot], on_dropped=metrics.dropped, on_listed=metrics.learn)
-    slot.on_change(factory.on_slot_change(tg))
-    await factory.supervise(tg)
-    await slot.wait_settled(START_TIMEOUT)
+    await factory.start(tg, settle=START_TIMEOUT)
     return Sessionless(plan, factory=factory, agents=agents, security=security)
 
 
@@ -97,12 +95,7 @@ async def routed_translation(  # noqa: PLR0917 - what the SDK path is made of
 
     slots = [slot(spec) for spec in plan.config.servers]
     factory = SessionFactory(plan, slots, on_dropped=metrics.dropped, on_listed=metrics.learn, make_slot=slot)
-    listener = factory.on_slot_change(tg)
-    for each in slots:
-        each.on_change(listener)
-    await factory.supervise(tg)
-    for each in slots:
-        await each.wait_settled(START_TIMEOUT)
+    await factory.start(tg, settle=START_TIMEOUT)
     return Sessionless(plan, factory=factory, agents=agents, security=security)
 
 

@@ -104,12 +104,7 @@ class Translating:
             on_listed=self.metrics.learn,
             make_slot=lambda spec: Slot(spec, shared=False, limits=plan.limits),
         )
-        listener = factory.on_slot_change(tg)
-        for slot in slots:
-            slot.on_change(listener)
-        await factory.supervise(tg)
-        for slot in slots:
-            await slot.wait_settled(START_TIMEOUT)
+        await factory.start(tg, settle=START_TIMEOUT)
         return Sessionless(plan, factory=factory, agents=self.agents, security=self.security)
 
 
