@@ -1,4 +1,5 @@
-"""An HTTP guard in front of several servers relays each session's messages through a router: tasks cross it.
+"""An HTTP guard in front of several servers relays each session's messages through a router: tasks cross it;
+2026-07-28 clients, translated through the SDK, hear of the servers' changes on subscriptions/listen.
 
 server-everything's ``simulate-research-query`` only runs as a task; behind an HTTP guard of
 two servers its task handle, ``tasks/list``, ``tasks/get`` and ``tasks/result`` reach the
@@ -14,8 +15,10 @@ from typing import Any
 
 import anyio
 import pytest
+from mcp import Client
+from mcp.client.subscriptions import ToolsListChanged
 
-from tests.harness import texts
+from tests.harness import fixture_command, texts
 from tests.http_harness import (
     SESSION_HEADER,
     Rig,
@@ -117,3 +120,30 @@ def _initialize() -> dict[str, Any]:
             "clientInfo": {"name": "task-client", "version": "0"},
         },
     }
+
+
+@pytest.mark.parametrize("servers", ["one", "several"])
+async def test_a_2026_client_listens_to_the_changes_of_the_servers_behind_the_sdk_path(
+    tmp_path: Path, servers: str
+) -> None:
+    """2026-07-28 clients of handshake-era stdio servers are translated, and still hear on subscriptions/listen
+    that a server's tool list changed."""
+    rig = Rig(tmp_path, uuid.uuid4().hex)
+    listen = fixture_command("listen_server")
+    entries: dict[str, Any] = {"listen": {"command": listen[0], "args": listen[1:]}}
+    if servers == "several":
+        entries["time"] = time_entry()
+    prefix = "listen__" if servers == "several" else ""
+    config = rig.config(entries)
+    try:
+        async with rig.guard(["--config", str(config)]) as guard, Client(guard.mcp_url, mode="auto") as client:
+            assert client.protocol_version == "2026-07-28"
+            with anyio.fail_after(60):
+                async with client.listen(tools_list_changed=True) as subscription:
+                    await client.call_tool(f"{prefix}register_tool", {"name": "fresh"})
+                    event = await anext(subscription)
+                names = {tool.name for tool in (await client.list_tools()).tools}
+    finally:
+        rig.report()
+    assert event == ToolsListChanged()
+    assert f"{prefix}fresh" in names

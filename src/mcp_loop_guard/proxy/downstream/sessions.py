@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 import anyio
 import anyio.abc
 import mcp_types as types
+from mcp.server.subscriptions import InMemorySubscriptionBus
 
 from mcp_loop_guard.config import ServerSpec
 from mcp_loop_guard.plan import Plan
@@ -65,10 +66,12 @@ class SessionFactory:
         """A new session, closed (with its own upstream connections) on exit.
 
         ``shared_only``: every upstream through its slot's shared connection (requests without
-        a session of their own, which can carry no server-to-client traffic).
+        a session of their own, which can carry no server-to-client traffic, but can listen:
+        the upstreams' changes go to their ``subscriptions/listen`` streams).
         """
         key = next(self._ids)
-        downstream = SessionDownstream(self.plan.settings.max_pending_requests)
+        bus = InMemorySubscriptionBus() if shared_only else None
+        downstream = SessionDownstream(self.plan.settings.max_pending_requests, bus=bus)
         links: list[Link] = []
         async with AsyncExitStack() as stack:
             tg = await stack.enter_async_context(anyio.create_task_group())

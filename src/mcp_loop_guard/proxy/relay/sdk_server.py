@@ -15,8 +15,10 @@ from mcp.server.caching import CACHEABLE_METHODS, CacheHint
 from mcp.server.context import CallNext, HandlerResult
 from mcp.server.models import InitializationOptions
 from mcp.server.session import ServerSession
+from mcp.server.subscriptions import ListenHandler, SubscriptionBus
 from mcp.shared.exceptions import MCPError
 from mcp.shared.message import ServerMessageMetadata
+from mcp.shared.subscriptions import LISTEN_STREAM_METHODS, event_from_wire
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from pydantic import BaseModel
 
@@ -48,12 +50,14 @@ class SessionDownstream:
     the client at once: more are refused to the upstream, so a flood cannot grow the guard.
     """
 
-    def __init__(self, limit: int = 64) -> None:
-        """``limit``: upstream requests awaiting the client at once."""
+    def __init__(self, limit: int = 64, *, bus: SubscriptionBus | None = None) -> None:
+        """``limit``: upstream requests awaiting the client at once; ``bus``: where the upstreams'
+        changes go for 2026-07-28 clients' ``subscriptions/listen`` streams (requests without a session)."""
         self.session: ServerSession | None = None
         self.in_flight: dict[types.RequestId, ServerSession] = {}
         self.limit = limit
         self.waiting = 0
+        self.bus = bus
 
     async def request(self, request: BaseModel) -> dict[str, Any]:
         """Ask the client; the raw result.
@@ -80,7 +84,12 @@ class SessionDownstream:
         return cast(dict[str, Any], result)
 
     async def notify(self, notification: types.ServerNotification) -> None:
-        """Relay an upstream notification to the client."""
+        """Relay an upstream notification to the client (a change also to the listen streams)."""
+        if self.bus is not None and notification.method in LISTEN_STREAM_METHODS:
+            uri = getattr(notification.params, "uri", None)
+            event = event_from_wire(notification.method, {"uri": str(uri)} if uri is not None else None)
+            if event is not None:
+                await self.bus.publish(event)
         if self.session is not None:
             await self.session.send_notification(notification)
 
@@ -119,6 +128,7 @@ class Owner(Protocol):
 
     aggregate: Aggregate
     single: Link | None
+    downstream: SessionDownstream
 
     async def connect_first(self, ctx: Context, call_next: CallNext) -> HandlerResult:
         """Middleware connecting the upstreams on the first request."""
@@ -145,6 +155,11 @@ class SessionServer(Server[Any]):
             self.add_request_handler(method, _params_type(method), aggregate.handler(method))
         self.add_request_handler("tools/call", types.CallToolRequestParams, owner.call_tool)
         self.add_request_handler("server/discover", types.RequestParams, self._discover)
+        bus = owner.downstream.bus
+        self.listens = bus is not None
+        """2026-07-28 clients can open ``subscriptions/listen``: the upstreams' changes reach them."""
+        if bus is not None:
+            self.add_request_handler("subscriptions/listen", types.SubscriptionsListenRequestParams, ListenHandler(bus))
         self.add_notification_handler("notifications/roots/list_changed", types.NotificationParams, self._roots)
 
     async def _roots(self, ctx: Context, params: types.NotificationParams) -> None:
@@ -159,12 +174,12 @@ class SessionServer(Server[Any]):
 
     async def _discover(self, ctx: Context, params: types.RequestParams) -> types.DiscoverResult:
         caps = self.capabilities()
-        # 2026-07-28 delivers change notifications only on subscriptions/listen, which this path does not relay.
-        for cap in (caps.tools, caps.prompts):
-            if cap is not None:
+        # 2026-07-28 delivers changes only on subscriptions/listen: the lists' changes when this
+        # server serves it; resource subscriptions and log messages are not relayed there.
+        for cap in (caps.tools, caps.prompts, caps.resources):
+            if cap is not None and not self.listens:
                 cap.list_changed = False
         if caps.resources is not None:
-            caps.resources.list_changed = False
             caps.resources.subscribe = False
         caps.logging = None
         return types.DiscoverResult(
