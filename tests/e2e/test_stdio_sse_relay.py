@@ -17,10 +17,12 @@ import pytest
 from mcp import Client, StdioServerParameters
 from mcp.shared.exceptions import MCPError
 
+from tests.forward_proxy import running_forward_proxy
 from tests.harness import (
     ClientUser,
     Connector,
     Inbox,
+    action,
     counted_calls,
     echo_once_back,
     everything_facts,
@@ -30,7 +32,7 @@ from tests.harness import (
     server_environment,
     texts,
 )
-from tests.http_harness import EVERYTHING_BIN, Rig, ServerProcess, free_port, open_sse_session, run_server
+from tests.http_harness import EVERYTHING_BIN, Rig, ServerProcess, free_port, open_sse_session, poll, run_server
 
 pytestmark = [pytest.mark.anyio, pytest.mark.e2e]
 
@@ -102,3 +104,27 @@ async def test_an_unreachable_server_is_named_in_the_answer(process_marker: str)
     with anyio.fail_after(30), failing:
         async with Client(params, mode="legacy"):
             pass
+
+
+async def test_a_server_behind_a_forward_proxy_is_reached_through_it(rig: Rig, tmp_path: Path) -> None:
+    """HTTP_PROXY (a real proxy asking for credentials) carries the event stream and every message, as they come."""
+    log = tmp_path / "calls.jsonl"
+    with running_forward_proxy(tmp_path / "proxy") as proxy:
+        async with rig.counting_sse(log) as counting:
+            argv = guard_command([], ["--upstream", counting.url("/sse")])
+            env = server_environment(rig.marker, {"HTTP_PROXY": proxy.url})
+            params = StdioServerParameters(command=argv[0], args=argv[1:], env=env)
+            with anyio.fail_after(30):
+                async with Client(params, mode="legacy") as client:
+                    answers = [await client.call_tool("constant", {}) for _ in range(5)]
+
+        async def requests() -> list[str]:
+            return proxy.requests()
+
+        with anyio.fail_after(10):
+            logged = await poll(requests, lambda lines: any(line.startswith("GET ") for line in lines))
+    assert [action(answer) for answer in answers] == [None, None, "warn", "warn", "block"]
+    assert len(counted_calls(log, "constant")) == 4
+    port = counting.url("/sse").split(":")[2].split("/")[0]
+    assert f"GET 127.0.0.1:{port}/sse - 200 OK" in logged, logged
+    assert any(line.startswith(f"POST 127.0.0.1:{port}/messages") for line in logged), logged
