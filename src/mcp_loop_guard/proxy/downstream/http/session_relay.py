@@ -41,7 +41,6 @@ from mcp_loop_guard.proxy.downstream.http.muxed_stateless import StatelessReques
 from mcp_loop_guard.proxy.downstream.http.relayed import SESSION, VERSION
 from mcp_loop_guard.proxy.downstream.http.replies import is_modern, json_reply
 from mcp_loop_guard.proxy.relay.judge import Judge
-from mcp_loop_guard.proxy.relay.stopping import STOPPING
 from mcp_loop_guard.proxy.wire import messages as wire
 from mcp_loop_guard.proxy.wire.eras import HANDSHAKE_PROTOCOL_VERSIONS
 from mcp_loop_guard.proxy.wire.messages import Message
@@ -138,12 +137,12 @@ class SessionRelay:
 
     async def _on_stop(self) -> None:
         """At the first signal, every request in flight is answered with an error on its own stream."""
+        stopping = self.agents.stopping
         waiting = anyio.CancelScope()
-        STOPPING.scopes.add(waiting)
+        stopping.add(waiting)
         with waiting:
-            if not STOPPING.flag:
-                await anyio.sleep_forever()
-        STOPPING.scopes.discard(waiting)
+            await anyio.sleep_forever()
+        stopping.discard(waiting)
         for session in list(self.sessions.live.values()):
             if session.pipe is not None:
                 await session.pipe.shut_down("the guard is shutting down")
