@@ -17,6 +17,7 @@ from mcp_loop_guard.config import ServerSpec
 from mcp_loop_guard.plan import Plan
 from mcp_loop_guard.proxy.relay.sdk_server import SessionDownstream
 from mcp_loop_guard.proxy.relay.session_server import AbortHook, GuardedProxy, JudgeOf
+from mcp_loop_guard.proxy.relay.stopping import Stopping
 from mcp_loop_guard.proxy.upstream.links import Link, OwnLink, SharedLink
 from mcp_loop_guard.proxy.upstream.pool import Slot
 
@@ -61,9 +62,15 @@ class SessionFactory:
 
     @asynccontextmanager
     async def open(
-        self, judge_of: JudgeOf, on_abort: AbortHook, *, prestart: bool = False, shared_only: bool = False
+        self,
+        judge_of: JudgeOf,
+        on_abort: AbortHook,
+        *,
+        stopping: Stopping,
+        prestart: bool = False,
+        shared_only: bool = False,
     ) -> AsyncIterator[GuardedProxy]:
-        """A new session, closed (with its own upstream connections) on exit.
+        """A new session, closed (with its own upstream connections) on exit; its calls answered when ``stopping``.
 
         ``shared_only``: every upstream through its slot's shared connection (requests without
         a session of their own, which can carry no server-to-client traffic, but can listen:
@@ -84,6 +91,7 @@ class SessionFactory:
                 downstream,
                 judge_of,
                 on_abort,
+                stopping=stopping,
                 on_dropped=self.on_dropped,
                 on_listed=self.on_listed,
                 owners=self.owners,

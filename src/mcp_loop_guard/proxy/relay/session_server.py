@@ -29,7 +29,7 @@ from mcp_loop_guard.proxy.relay.judge import Judge
 from mcp_loop_guard.proxy.relay.lifecycle import Refused, begin, failure, timed_out
 from mcp_loop_guard.proxy.relay.merged import MergedLists
 from mcp_loop_guard.proxy.relay.sdk_server import SessionDownstream, SessionServer, client_identity, strip_envelope
-from mcp_loop_guard.proxy.relay.stopping import STOPPING
+from mcp_loop_guard.proxy.relay.stopping import Stopping
 from mcp_loop_guard.proxy.upstream.links import Link
 from mcp_loop_guard.proxy.upstream.session import UpstreamGoneError
 from mcp_loop_guard.proxy.wire.messages import GUARD_FAULT, Message
@@ -54,17 +54,20 @@ class GuardedProxy:
         judge_of: JudgeOf,
         on_abort: AbortHook,
         *,
+        stopping: Stopping,
         on_dropped: Callable[[str, str], None] | None = None,
         on_listed: Callable[[str, list[str]], None] | None = None,
         owners: dict[str, tuple[str, str]] | None = None,
     ) -> None:
-        """``on_dropped(server, tool)``: a colliding tool was left out of a list; ``on_listed(server, names)``:
-        a server listed these tools (both for metrics)."""
+        """``stopping``: the guard's (its calls in flight are answered when it stops); ``on_dropped(server, tool)``:
+        a colliding tool was left out of a list; ``on_listed(server, names)``: a server listed these tools (both
+        for metrics)."""
         self.links = {link.name: link for link in links}
         self.single = links[0] if len(links) == 1 else None
         self.downstream = downstream
         self.judge_of = judge_of
         self.on_abort = on_abort
+        self.stopping = stopping
         lists = MergedLists(self.links, self.relay, on_dropped=on_dropped, on_listed=on_listed, owners=owners)
         self.aggregate = Aggregate(lists)
         self.server = SessionServer(self)
@@ -116,19 +119,17 @@ class GuardedProxy:
         if params is not None:
             params = strip_envelope(params)
         label = f"`{server}`"
-        STOPPING.scopes.add(scope)
+        self.stopping.add(scope)
         try:
             with scope:
-                if STOPPING.flag:
-                    scope.cancel()
                 async with link.using() as upstream:
                     label = upstream.label
                     result = await upstream.request(method, params, on_progress)
         except UpstreamGoneError as exc:
             raise MCPError(types.INTERNAL_ERROR, str(exc), data={GUARD_FAULT: "gone"}) from exc
         finally:
-            STOPPING.scopes.discard(scope)
-        if STOPPING.flag and scope.cancelled_caught:
+            self.stopping.discard(scope)
+        if self.stopping.flag and scope.cancelled_caught:
             raise MCPError(types.INTERNAL_ERROR, replies.SHUTTING_DOWN, data={GUARD_FAULT: "stopping"})
         if scope.cancelled_caught:
             assert timeout is not None

@@ -1,10 +1,15 @@
-"""The HTTP guard's stopping, seen by every relay: calls in flight end with an error, not a cut connection."""
+"""One HTTP guard's stopping, seen by each of its relays: calls in flight end with an error, not a cut connection.
+
+Each guard has its own (made where its app is built, handed to its relays with its agents):
+stopping one guard answers its own calls in flight and leaves any other guard in the same
+process serving.
+"""
 
 from __future__ import annotations
 
 import anyio
 
-__all__ = ["STOPPING", "Stopping"]
+__all__ = ["Stopping"]
 
 
 class Stopping:
@@ -21,6 +26,12 @@ class Stopping:
         for scope in list(self.scopes):
             scope.cancel()
 
+    def add(self, scope: anyio.CancelScope) -> None:
+        """Cancel ``scope`` when the guard stops (at once, if it has)."""
+        self.scopes.add(scope)
+        if self.flag:
+            scope.cancel()
 
-STOPPING = Stopping()
-"""Process-wide: set at the first SIGTERM or SIGINT of an HTTP guard."""
+    def discard(self, scope: anyio.CancelScope) -> None:
+        """``scope`` is done."""
+        self.scopes.discard(scope)

@@ -28,6 +28,7 @@ from mcp_loop_guard.proxy.downstream.agents import agent_loop, judge_for
 from mcp_loop_guard.proxy.downstream.http.middleware import RETRY_AFTER_BUSY, header, reply, retry_after, token_of
 from mcp_loop_guard.proxy.relay.events import EventLog
 from mcp_loop_guard.proxy.relay.judge import CallObserver, Judge
+from mcp_loop_guard.proxy.relay.stopping import Stopping
 from mcp_loop_guard.store import Store, StoreError, StoreHealth
 
 __all__ = ["Agents", "BusyError", "KeyedAgent", "agent_key"]
@@ -69,9 +70,10 @@ class Agents:
         observe: CallObserver | None,
         *,
         limit: int,
+        stopping: Stopping,
         on_evict: Callable[[str], object] | None = None,
     ) -> None:
-        """``on_evict(key)``: told when an agent is dropped from memory."""
+        """``on_evict(key)``: told when an agent is dropped from memory; ``stopping``: the guard's, for its relays."""
         self.plan = plan
         self.store = store
         self.health = health
@@ -79,6 +81,8 @@ class Agents:
         self.observe = observe
         self.limit = limit
         self.on_evict = on_evict
+        self.stopping = stopping
+        """This guard's stopping (not another's in the same process): every relay serving these agents reads it."""
         self.held: OrderedDict[str, KeyedAgent] = OrderedDict()
 
     async def admit(self, scope: Scope, send: Send) -> KeyedAgent | None:

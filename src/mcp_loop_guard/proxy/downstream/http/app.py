@@ -34,7 +34,7 @@ from mcp_loop_guard.proxy.downstream.http.fronts import Start, topology
 from mcp_loop_guard.proxy.downstream.http.listen import listen
 from mcp_loop_guard.proxy.downstream.http.middleware import AuthGuard, BodyGuard, HostGuard, security_settings
 from mcp_loop_guard.proxy.downstream.http.protocol import protocol_class, raise_open_file_limit
-from mcp_loop_guard.proxy.relay.stopping import STOPPING
+from mcp_loop_guard.proxy.relay.stopping import Stopping
 from mcp_loop_guard.proxy.upstream import signals
 from mcp_loop_guard.proxy.upstream.backoff import START_TIMEOUT
 from mcp_loop_guard.proxy.upstream.child import ChildProcess
@@ -148,17 +148,25 @@ class _Raw:
         await self.handler(scope, receive, send)
 
 
-class _Stop:
-    """The guard's stopping: which signals came, and what to stop."""
+class GuardStop:
+    """One guard's stopping: which signals came, and what to stop (its server, its relays' calls in flight)."""
 
     def __init__(self) -> None:
         self.received: list[int] = []
         self.server: _Uvicorn | None = None
         self.main = anyio.CancelScope()
         self.reload: Callable[[str], None] | None = None
+        self.stopping = Stopping()
+        """This guard's, handed to its relays (another guard in the process has its own)."""
+
+    def drain(self) -> None:
+        """Stop serving: calls in flight are answered with an error, then the server ends."""
+        self.stopping.set()
+        if self.server is not None:
+            self.server.should_exit = True
 
 
-async def _watch_signals(stop: _Stop) -> None:
+async def _watch_signals(stop: GuardStop) -> None:
     """The first signal stops serving (calls in flight get an error); a second one cuts the grace short.
 
     It watches until the very end, so a signal during the upstreams' shutdown is handled too.
@@ -172,15 +180,13 @@ async def _watch_signals(stop: _Stop) -> None:
                 logger.info("received SIGHUP; there is no config file to reload")
             continue
         stop.received.append(signum)
-        server = stop.server
-        if len(stop.received) == 1 and server is not None:
+        if len(stop.received) == 1 and stop.server is not None:
             logger.info("received %s; answering calls in flight and stopping", signal.Signals(signum).name)
-            STOPPING.set()
-            server.should_exit = True
+            stop.drain()
             continue
         logger.info("received %s; stopping now", signal.Signals(signum).name)
-        if server is not None:
-            server.force_exit = True
+        if stop.server is not None:
+            stop.server.force_exit = True
         stop.main.cancel()
 
 
@@ -195,22 +201,26 @@ async def run_http(plan: Plan, first: ChildProcess | None = None, listeners: Seq
     """
     signals.upstreams_after_drain()
     sockets = list(listeners) or listen(plan.settings.host, plan.settings.port)
-    stop = _Stop()
+    stop = GuardStop()
     async with anyio.create_task_group() as outer:
         outer.start_soon(_watch_signals, stop)
         with stop.main:
-            await _serve(plan, stop, first, sockets)
+            await serve(plan, stop, first, sockets)
         outer.cancel_scope.cancel()
     return 128 + stop.received[0] if stop.received else 0
 
 
-async def _serve(plan: Plan, stop: _Stop, first: ChildProcess | None, sockets: list[socket.socket]) -> None:
+async def serve(plan: Plan, stop: GuardStop, first: ChildProcess | None, sockets: Sequence[socket.socket]) -> None:
+    """Serve one guard on ``sockets`` until ``stop`` ends it; every part of it (relays, upstreams, stopping) its own."""
     settings = plan.settings
     metrics = Metrics()
     descriptors = raise_open_file_limit()
     async with opened_store(plan) as (store, health), opened_events(plan) as events:
         forget: Callable[[str], object] | None = store.forget if isinstance(store, MemoryStore) else None
-        agents = Agents(plan, store, health, events, metrics.observer(), limit=settings.max_keys, on_evict=forget)
+        observer = metrics.observer()
+        agents = Agents(
+            plan, store, health, events, observer, limit=settings.max_keys, stopping=stop.stopping, on_evict=forget
+        )
         async with anyio.create_task_group() as tg:
             served = await topology(plan).build(plan, Start(agents, metrics, tg, first))
             sessions, slots = served.sessions, served.slots
@@ -237,5 +247,5 @@ async def _serve(plan: Plan, stop: _Stop, first: ChildProcess | None, sockets: l
             stop.server = _Uvicorn(config)
             async with sessions.running():
                 logger.info("serving MCP over %s on http://%s:%d", settings.transport, settings.host, settings.port)
-                await stop.server.serve(sockets)
+                await stop.server.serve(list(sockets))
             tg.cancel_scope.cancel()

@@ -84,6 +84,11 @@ def retry_after(seconds: int) -> list[tuple[bytes, bytes]]:
     return [(b"retry-after", str(seconds).encode())]
 
 
+async def sessions_busy(send: Send) -> None:
+    """503: the session limit is reached and every session has a request in flight."""
+    await reply(send, 503, "Service Unavailable: too many sessions; try again later", retry_after(RETRY_AFTER_BUSY))
+
+
 def header(scope: Scope, name: bytes) -> bytes | None:
     """One request header (first occurrence), by lower-case name."""
     return next((value for key, value in scope["headers"] if key == name), None)

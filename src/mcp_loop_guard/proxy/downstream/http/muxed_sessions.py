@@ -27,6 +27,7 @@ from mcp_loop_guard.metrics import Metrics
 from mcp_loop_guard.plan import Plan
 from mcp_loop_guard.proxy.downstream.http.agents import Agents
 from mcp_loop_guard.proxy.downstream.http.event_log import EventLog
+from mcp_loop_guard.proxy.downstream.session_table import SessionTable
 from mcp_loop_guard.proxy.relay.pipe import Pipe
 from mcp_loop_guard.proxy.upstream.mux_view import MuxView
 from mcp_loop_guard.proxy.wire import messages as wire
@@ -37,8 +38,6 @@ __all__ = ["MuxedSession", "MuxedSessions", "Stream"]
 logger = logging.getLogger(__name__)
 
 Stream = MemoryObjectSendStream[bytes]
-CLOSED_KEPT = 4096
-"""Ended session ids remembered, so their requests get 404 at once."""
 LOGS_KEPT = 16
 """Request logs a session keeps for resuming, besides those being written out (the oldest go first)."""
 SNIFF_LIMIT = 1 << 16
@@ -196,54 +195,38 @@ def _sniff(line: bytes) -> tuple[RequestId | None, str, object]:
 
 
 class MuxedSessions:
-    """Every session of the guard, least recently used first, at most ``LOOP_GUARD_MAX_SESSIONS``."""
+    """Every session of the guard, in its one session table (:mod:`..session_table`), with their agents' keys."""
 
     def __init__(self, plan: Plan, agents: Agents, metrics: Metrics) -> None:
         """Agents are made with ``agents``' store and event log."""
         self.plan = plan
         self.agents = agents
-        self.metrics = metrics
-        self.live: OrderedDict[bytes, MuxedSession] = OrderedDict()
-        self.ended: OrderedDict[bytes, None] = OrderedDict()
+        self.table: SessionTable[MuxedSession] = SessionTable(plan.settings.max_sessions, metrics.sessions)
+
+    @property
+    def live(self) -> OrderedDict[bytes, MuxedSession]:
+        """The live sessions, least recently used first."""
+        return self.table.live
 
     def lookup(self, session_id: bytes, token: str) -> MuxedSession | None:
         """The live session with this id, opened with this token; None: the client gets 404."""
-        session = self.live.get(session_id)
-        if session is None or session.token != token:
-            return None
-        self.live.move_to_end(session_id)
-        session.last_used = time.monotonic()
-        return session
+        return self.table.lookup(session_id, token)
 
     def new(self, token: str, view: MuxView | None, *, kind: str = "session") -> MuxedSession:
         """A session for an ``initialize`` (or a legacy SSE connection)."""
         session = MuxedSession(secrets.token_hex(16).encode(), token, view, kind=kind)
-        self.live[session.session_id] = session
-        self.metrics.sessions.inc()
+        self.table.add(session)
         return session
 
     def key(self, session: MuxedSession) -> str:
         """The session's agent key in the store."""
         return f"{session.kind}:{session.token or '-'}/{session.session_id.decode('latin-1')}"
 
-    def full(self) -> MuxedSession | None:
-        """When there is no room for one more session: the least recently used idle one to end (None: none is idle)."""
-        return next((s for s in self.live.values() if s.in_flight == 0), None)
-
     def retire(self, session: MuxedSession) -> bool:
         """End a session: 404 from now on, streams closed; False when it had ended already."""
-        if self.live.pop(session.session_id, None) is None:
+        if not self.table.end(session):
             return False
-        self.metrics.sessions.dec()
-        self.ended[session.session_id] = None
-        while len(self.ended) > CLOSED_KEPT:
-            self.ended.popitem(last=False)
         session.close_streams()
         if session.on_retire is not None:
             session.on_retire()
         return True
-
-    def idle(self, seconds: float) -> list[MuxedSession]:
-        """The sessions unused for ``seconds`` with nothing in flight."""
-        cutoff = time.monotonic() - seconds
-        return [s for s in self.live.values() if s.last_used < cutoff and s.in_flight == 0]

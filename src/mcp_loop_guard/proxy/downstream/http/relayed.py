@@ -46,7 +46,6 @@ from mcp_loop_guard.proxy.downstream.http.replies import (
 )
 from mcp_loop_guard.proxy.downstream.http.translating import Translating
 from mcp_loop_guard.proxy.relay.judge import Judge
-from mcp_loop_guard.proxy.relay.stopping import STOPPING
 from mcp_loop_guard.proxy.relay.tools import ToolFacts
 from mcp_loop_guard.proxy.upstream.exchange import HttpExchange, UpstreamHttpError
 from mcp_loop_guard.proxy.wire.messages import Message
@@ -299,17 +298,15 @@ class HttpRelay:
 
     def stopping(self) -> bool:
         """The guard is shutting down (its first signal came)."""
-        return STOPPING.flag
+        return self.agents.stopping.flag
 
     def register_stop(self, cancel: anyio.CancelScope) -> None:
         """Cancel ``cancel`` when the guard starts shutting down."""
-        STOPPING.scopes.add(cancel)
-        if STOPPING.flag:
-            cancel.cancel()
+        self.agents.stopping.add(cancel)
 
     def unregister_stop(self, cancel: anyio.CancelScope) -> None:
         """``cancel`` is done."""
-        STOPPING.scopes.discard(cancel)
+        self.agents.stopping.discard(cancel)
 
 
 async def _cancel_on_disconnect(receive: Receive, cancel: anyio.CancelScope) -> None:

@@ -24,7 +24,8 @@ from mcp_loop_guard.metrics import Metrics
 from mcp_loop_guard.plan import Plan
 from mcp_loop_guard.proxy.downstream.agents import agent_loop, judge_for
 from mcp_loop_guard.proxy.downstream.http.agents import Agents
-from mcp_loop_guard.proxy.downstream.http.middleware import RETRY_AFTER_BUSY, reply, retry_after
+from mcp_loop_guard.proxy.downstream.http.middleware import reply, sessions_busy
+from mcp_loop_guard.proxy.downstream.session_table import SessionTable
 from mcp_loop_guard.proxy.relay.judge import Judge
 from mcp_loop_guard.proxy.relay.tasks import HeldTasks
 from mcp_loop_guard.proxy.upstream.exchange import HttpExchange, UpstreamHttpError
@@ -33,8 +34,6 @@ from mcp_loop_guard.store import StoreError
 
 logger = logging.getLogger(__name__)
 
-CLOSED_KEPT = 4096
-"""Ended session ids remembered, so their requests get 404 at once (the server forgets them too)."""
 END_TIMEOUT = 5.0
 """Seconds the server gets to take the guard's DELETE of a session the guard ended."""
 
@@ -61,16 +60,19 @@ class RelayedSession:
 
 
 class RelayedSessions:
-    """Every session of one relay, least recently used first, at most ``LOOP_GUARD_MAX_SESSIONS``."""
+    """Every session of one relay, in the guard's one session table (:mod:`..session_table`)."""
 
     def __init__(self, plan: Plan, agents: Agents, metrics: Metrics, upstream: HttpExchange) -> None:
         """Agents are made with ``agents``' store and event log; ended sessions are DELETEd at ``upstream``."""
         self.plan = plan
         self.agents = agents
-        self.metrics = metrics
         self.upstream = upstream
-        self.live: OrderedDict[bytes, RelayedSession] = OrderedDict()
-        self.closed: OrderedDict[bytes, None] = OrderedDict()
+        self.table: SessionTable[RelayedSession] = SessionTable(plan.settings.max_sessions, metrics.sessions)
+
+    @property
+    def live(self) -> OrderedDict[bytes, RelayedSession]:
+        """The live sessions, least recently used first."""
+        return self.table.live
 
     async def lookup(
         self, session_id: bytes, token: str, headers: Sequence[tuple[bytes, bytes]], send: Send
@@ -82,21 +84,16 @@ class RelayedSessions:
         gets loop state or room, so made-up ids can neither fill the store nor push out
         other clients' sessions.
         """
-        if session_id in self.closed:
-            await reply(send, 404, "Session not found")
-            return None
-        session = self.live.get(session_id)
-        if session is None:
+        if not self.table.known(session_id):
             if not await self._known_upstream(session_id, headers):
                 await reply(send, 404, "Session not found")
                 return None
             if not await self.room(send):
                 return None
-            session = await self.open(session_id, token)
-        elif session.token != token:
+            await self.open(session_id, token)
+        session = self.table.lookup(session_id, token)
+        if session is None:
             await reply(send, 404, "Session not found")
-            return None
-        self.live.move_to_end(session_id)
         return session
 
     async def _known_upstream(self, session_id: bytes, headers: Sequence[tuple[bytes, bytes]]) -> bool:
@@ -119,7 +116,7 @@ class RelayedSessions:
 
     async def open(self, session_id: bytes, token: str) -> RelayedSession:
         """Start judging a session the server opened, with what the store kept of it (a guard restarted)."""
-        existing = self.live.get(session_id)
+        existing = self.table.get(session_id)
         if existing is not None:
             return existing
         key = f"session:{token or '-'}/{session_id.decode('latin-1')}"
@@ -130,49 +127,33 @@ class RelayedSessions:
                 state = await store.load(key)
             except StoreError as error:
                 self.agents.health.failed(error, time.time())
-        existing = self.live.get(session_id)
+        existing = self.table.get(session_id)
         if existing is not None:  # opened by another request meanwhile
             return existing
         loop = agent_loop(self.plan, store, self.agents.health, key, state)
         judge = judge_for(self.plan, loop, label=key, events=self.agents.events, observe=self.agents.observe)
         session = RelayedSession(session_id, token, judge, HeldTasks(judge))
-        self.live[session_id] = session
-        self.metrics.sessions.inc()
+        self.table.add(session)
         return session
 
     async def room(self, send: Send) -> bool:
         """Room for one more session: the least recently used idle one ends, or the client gets 503."""
-        if len(self.live) < self.plan.settings.max_sessions:
+        if await self.table.room(self.end):
             return True
-        idle = next((s for s in self.live.values() if s.in_flight == 0), None)
-        if idle is None:
-            await reply(
-                send, 503, "Service Unavailable: too many sessions; try again later", retry_after(RETRY_AFTER_BUSY)
-            )
-            return False
-        logger.info("session limit reached: closing the least recently used idle session %s", idle.short)
-        await self.end(idle)
-        return True
+        await sessions_busy(send)
+        return False
 
     async def expire(self, idle: float) -> None:
         """End the sessions unused for ``idle`` seconds with nothing in flight."""
-        cutoff = time.monotonic() - idle
-        for session in list(self.live.values()):
-            if session.last_used < cutoff and session.in_flight == 0:
-                logger.info("session %s expired after %.0fs idle", session.short, idle)
-                await self.end(session)
+        await self.table.expire(idle, self.end)
 
     def forget(self, session: RelayedSession) -> None:
         """The session is over for the server too (it answered 404, or the client deleted it)."""
-        if self.live.pop(session.session_id, None) is not None:
-            self.metrics.sessions.dec()
+        self.table.forget(session)
 
     def retire(self, session: RelayedSession) -> None:
         """Stop serving a session: its id answers 404 from now on and its open streams close."""
-        self.forget(session)
-        self.closed[session.session_id] = None
-        while len(self.closed) > CLOSED_KEPT:
-            self.closed.popitem(last=False)
+        self.table.end(session)
         for cancel in list(session.scopes):
             cancel.cancel()
 

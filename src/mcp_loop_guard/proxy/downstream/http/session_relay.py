@@ -28,11 +28,10 @@ from mcp_loop_guard.proxy.downstream.http.admin import LiveAgent
 from mcp_loop_guard.proxy.downstream.http.agents import Agents
 from mcp_loop_guard.proxy.downstream.http.event_log import parse_event_id, primes, serve_log, single_answer
 from mcp_loop_guard.proxy.downstream.http.middleware import (
-    RETRY_AFTER_BUSY,
     HostRules,
     header,
     reply,
-    retry_after,
+    sessions_busy,
     token_of,
     trace_headers,
 )
@@ -42,7 +41,6 @@ from mcp_loop_guard.proxy.downstream.http.muxed_stateless import StatelessReques
 from mcp_loop_guard.proxy.downstream.http.relayed import SESSION, VERSION
 from mcp_loop_guard.proxy.downstream.http.replies import is_modern, json_reply
 from mcp_loop_guard.proxy.relay.judge import Judge
-from mcp_loop_guard.proxy.relay.stopping import STOPPING
 from mcp_loop_guard.proxy.wire import messages as wire
 from mcp_loop_guard.proxy.wire.eras import HANDSHAKE_PROTOCOL_VERSIONS
 from mcp_loop_guard.proxy.wire.messages import Message
@@ -134,19 +132,17 @@ class SessionRelay:
         idle = self.settings.session_idle_seconds
         while True:
             await anyio.sleep(min(idle, 30.0))
-            for session in self.sessions.idle(idle):
-                logger.info("session %s expired after %.0fs idle", session.short, idle)
-                await self.end(session)
+            await self.sessions.table.expire(idle, self.end)
             self.agents.expire(idle)
 
     async def _on_stop(self) -> None:
         """At the first signal, every request in flight is answered with an error on its own stream."""
+        stopping = self.agents.stopping
         waiting = anyio.CancelScope()
-        STOPPING.scopes.add(waiting)
+        stopping.add(waiting)
         with waiting:
-            if not STOPPING.flag:
-                await anyio.sleep_forever()
-        STOPPING.scopes.discard(waiting)
+            await anyio.sleep_forever()
+        stopping.discard(waiting)
         for session in list(self.sessions.live.values()):
             if session.pipe is not None:
                 await session.pipe.shut_down("the guard is shutting down")
@@ -231,16 +227,10 @@ class SessionRelay:
 
     async def room(self, send: Send) -> bool:
         """Room for one more session: the least recently used idle one ends, or the client gets 503."""
-        if len(self.sessions.live) < self.settings.max_sessions:
+        if await self.sessions.table.room(self.end):
             return True
-        idle = self.sessions.full()
-        if idle is None:
-            busy = "Service Unavailable: too many sessions; try again later"
-            await reply(send, 503, busy, retry_after(RETRY_AFTER_BUSY))
-            return False
-        logger.info("session limit reached: closing the least recently used idle session %s", idle.short)
-        await self.end(idle)
-        return True
+        await sessions_busy(send)
+        return False
 
     async def request(
         self, session: MuxedSession, message: Message, scope: Scope, receive: Receive, send: Send

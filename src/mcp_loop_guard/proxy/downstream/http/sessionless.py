@@ -69,7 +69,7 @@ class Sessionless:
         def on_abort(ctx: Context, verdict: Verdict) -> None:
             logger.warning("an agent was aborted for looping on %r; its requests get 429 for a while", verdict.tool)
 
-        async with self.factory.open(judge_of, on_abort, shared_only=True) as proxy:
+        async with self.factory.open(judge_of, on_abort, stopping=self.agents.stopping, shared_only=True) as proxy:
             self.proxy = proxy
             task_status.started()
             await anyio.sleep_forever()
