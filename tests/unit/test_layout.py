@@ -123,3 +123,17 @@ def test_the_layout_checks_see_the_package() -> None:
     # lazy imports count: the SDK path loaded at the first 2026-07-28 request, the router in front of several
     assert f"{ROOT}.proxy.downstream.http.sessionless" in graph[f"{ROOT}.proxy.downstream.http.translating"]
     assert f"{ROOT}.proxy.upstream.pool" in graph[f"{ROOT}.proxy.downstream.http.translating"]
+
+
+def test_the_front_doors_texts_come_from_the_one_module_of_texts() -> None:
+    """Every HTTP refusal (``reply(send, status, text)``) takes its text from ``core/replies.py``, none inline."""
+    inline = []
+    for name, path in _modules().items():
+        if not name.startswith(f"{ROOT}.proxy"):
+            continue
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Call) and getattr(node.func, "id", None) == "reply" and len(node.args) >= 3:
+                text = node.args[2]
+                if isinstance(text, ast.Constant | ast.JoinedStr):
+                    inline.append(f"{name}:{node.lineno}")
+    assert inline == []

@@ -167,6 +167,7 @@ TOO_MANY_AGENTS: Final = "Service Unavailable: too many agents busy; try again l
 MISSING_SESSION: Final = "Bad Request: Missing session ID"
 METHOD_NOT_ALLOWED: Final = "Method Not Allowed"
 NO_SESSIONS_STATELESS: Final = "Method Not Allowed: a stateless server has no sessions"
+NO_SESSIONS_STATELESS_REQUESTS: Final = "Method Not Allowed: stateless requests have no session"
 NOT_ACCEPTABLE_STREAM: Final = "Not Acceptable: the client must accept text/event-stream"
 NOT_ACCEPTABLE_ANSWER: Final = "Not Acceptable: the client must accept text/event-stream or application/json"
 ONE_GET_STREAM: Final = "Conflict: only one GET stream is allowed per session"

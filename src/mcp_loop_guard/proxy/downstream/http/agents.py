@@ -21,6 +21,7 @@ from dataclasses import dataclass
 
 from starlette.types import Scope, Send
 
+from mcp_loop_guard.core import replies
 from mcp_loop_guard.core.model import Mode
 from mcp_loop_guard.core.state import State
 from mcp_loop_guard.plan import Plan
@@ -103,18 +104,12 @@ class Agents:
         try:
             agent = await self.get(key)
         except BusyError:
-            await reply(
-                send, 503, "Service Unavailable: too many agents busy; try again later", retry_after(RETRY_AFTER_BUSY)
-            )
+            await reply(send, 503, replies.TOO_MANY_AGENTS, retry_after(RETRY_AFTER_BUSY))
             return None
         wait = await self.aborted(agent)
         if wait > 0:
             seconds = int(wait) + 1
-            message = (
-                f"loop guard: this agent's session was aborted for looping; retry after {seconds}s "
-                "with a different approach"
-            )
-            await reply(send, 429, message, retry_after(seconds))
+            await reply(send, 429, replies.aborted_agent(seconds), retry_after(seconds))
             return None
         return agent
 

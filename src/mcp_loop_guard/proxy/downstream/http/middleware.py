@@ -19,6 +19,7 @@ import anyio
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from mcp_loop_guard import codec
+from mcp_loop_guard.core import replies
 from mcp_loop_guard.proxy.wire.messages import INVALID_REQUEST, top_level_id
 from mcp_loop_guard.settings import Settings
 
@@ -86,7 +87,7 @@ def retry_after(seconds: int) -> list[tuple[bytes, bytes]]:
 
 async def sessions_busy(send: Send) -> None:
     """503: the session limit is reached and every session has a request in flight."""
-    await reply(send, 503, "Service Unavailable: too many sessions; try again later", retry_after(RETRY_AFTER_BUSY))
+    await reply(send, 503, replies.TOO_MANY_SESSIONS, retry_after(RETRY_AFTER_BUSY))
 
 
 def header(scope: Scope, name: bytes) -> bytes | None:
@@ -117,11 +118,11 @@ class HostGuard:
             return
         host = (header(scope, b"host") or b"").decode("latin-1")
         if not _matches(host, self.hosts):
-            await reply(send, 421, "Misdirected Request: this Host is not allowed (LOOP_GUARD_ALLOWED_HOSTS)")
+            await reply(send, 421, replies.HOST_NOT_ALLOWED)
             return
         origin = header(scope, b"origin")
         if origin is not None and not _matches(origin.decode("latin-1"), self.origins):
-            await reply(send, 403, "Forbidden: this Origin is not allowed (LOOP_GUARD_ALLOWED_ORIGINS)")
+            await reply(send, 403, replies.ORIGIN_NOT_ALLOWED)
             return
         await self.app(scope, receive, send)
 
@@ -148,7 +149,7 @@ class AuthGuard:
             return
         name = self.token_name(header(scope, b"authorization"))
         if self.tokens and name is None and scope["path"] not in self.open_paths:
-            await reply(send, 401, "Unauthorized: a valid bearer token is required", [(b"www-authenticate", b"Bearer")])
+            await reply(send, 401, replies.TOKEN_REQUIRED, [(b"www-authenticate", b"Bearer")])
             return
         scope.setdefault("state", {})[TOKEN_NAME] = name or ""
         await self.app(scope, receive, send)
@@ -208,20 +209,18 @@ class BodyGuard:
                 if not message.get("more_body", False):
                     break
         if slow.cancelled_caught:
-            await reply(send, 408, f"Request Timeout: the body did not arrive within {self.timeout:g}s")
+            await reply(send, 408, replies.body_too_slow(self.timeout))
             return
         body = b"".join(chunks)
         if scope["path"].rstrip("/") in self.json_paths and body:
             problem = _unreadable(body)
             if problem is not None:
-                await reply(send, 400, f"Invalid Request: {problem}", request_id=top_level_id(body))
+                await reply(send, 400, replies.invalid_request(problem), request_id=top_level_id(body))
                 return
         await self.app(scope, _replay(body, receive), send)
 
     async def _too_large(self, send: Send) -> None:
-        await reply(
-            send, 413, f"Request body too large: the limit is {self.limit} bytes (LOOP_GUARD_MAX_REQUEST_BYTES)"
-        )
+        await reply(send, 413, replies.body_too_large(self.limit))
 
 
 def _unreadable(body: bytes) -> str | None:

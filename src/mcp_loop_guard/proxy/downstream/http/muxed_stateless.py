@@ -12,6 +12,7 @@ from typing import Protocol
 
 from starlette.types import Receive, Scope, Send
 
+from mcp_loop_guard.core import replies
 from mcp_loop_guard.proxy.downstream.http.agents import Agents
 from mcp_loop_guard.proxy.downstream.http.middleware import header, reply, token_of
 from mcp_loop_guard.proxy.downstream.http.muxed_sessions import MuxedSession
@@ -31,7 +32,7 @@ async def posted(scope: Scope, receive: Receive, send: Send) -> Message | BadLin
     accept = header(scope, b"accept") or b""
     is_request = isinstance(parsed, Message) and parsed.is_request
     if is_request and b"text/event-stream" not in accept and b"application/json" not in accept:
-        await reply(send, 406, "Not Acceptable: the client must accept text/event-stream or application/json")
+        await reply(send, 406, replies.NOT_ACCEPTABLE_ANSWER)
         return None
     return parsed
 

@@ -22,6 +22,7 @@ from starlette.types import Message as ASGIMessage
 from starlette.types import Receive, Scope, Send
 
 from mcp_loop_guard import codec
+from mcp_loop_guard.core import replies
 from mcp_loop_guard.proxy.downstream.http.agents import Agents
 from mcp_loop_guard.proxy.downstream.http.exchanges import Exchange, Relaying
 from mcp_loop_guard.proxy.downstream.http.middleware import reply
@@ -148,7 +149,7 @@ class Pooled:
     async def handle(self, scope: Scope, receive: Receive, send: Send) -> None:
         """One request to ``/mcp``: a POST, relayed; a GET or DELETE has no session to stream or end."""
         if scope["method"] != "POST":
-            await reply(send, 405, "Method Not Allowed: stateless requests have no session", [(b"allow", b"POST")])
+            await reply(send, 405, replies.NO_SESSIONS_STATELESS_REQUESTS, [(b"allow", b"POST")])
             return
         posted = await read_posted(receive, send)
         if posted is None:

@@ -29,6 +29,7 @@ from starlette.types import Message as ASGIMessage
 from starlette.types import Receive, Scope, Send
 
 from mcp_loop_guard.config import HttpServer, ServerSpec
+from mcp_loop_guard.core import replies
 from mcp_loop_guard.metrics import Metrics
 from mcp_loop_guard.plan import Plan
 from mcp_loop_guard.proxy.downstream.http.admin import LiveAgent
@@ -204,7 +205,7 @@ class HttpRelay:
         elif method in ("GET", "DELETE"):
             await self._other(method, scope, receive, send)
         else:
-            await reply(send, 405, "Method Not Allowed", [(b"allow", b"GET, POST, DELETE")])
+            await reply(send, 405, replies.METHOD_NOT_ALLOWED, [(b"allow", b"GET, POST, DELETE")])
 
     async def _post(self, scope: Scope, receive: Receive, send: Send) -> None:
         posted = await read_posted(receive, send)
@@ -280,7 +281,7 @@ class HttpRelay:
                 if session is not None:
                     session.scopes.discard(cancel)
         if not answered:
-            await reply(send, 404, "Session not found")  # ended by the guard before the server answered
+            await reply(send, 404, replies.SESSION_NOT_FOUND)  # ended by the guard before the server answered
         if method == "DELETE" and session is not None:
             self.sessions.forget(session)
 

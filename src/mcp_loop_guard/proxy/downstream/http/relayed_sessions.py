@@ -20,6 +20,7 @@ import anyio
 from starlette.types import Send
 
 from mcp_loop_guard import codec
+from mcp_loop_guard.core import replies
 from mcp_loop_guard.metrics import Metrics
 from mcp_loop_guard.plan import Plan
 from mcp_loop_guard.proxy.downstream.agents import agent_loop, judge_for
@@ -86,14 +87,14 @@ class RelayedSessions:
         """
         if not self.table.known(session_id):
             if not await self._known_upstream(session_id, headers):
-                await reply(send, 404, "Session not found")
+                await reply(send, 404, replies.SESSION_NOT_FOUND)
                 return None
             if not await self.room(send):
                 return None
             await self.open(session_id, token)
         session = self.table.lookup(session_id, token)
         if session is None:
-            await reply(send, 404, "Session not found")
+            await reply(send, 404, replies.SESSION_NOT_FOUND)
         return session
 
     async def _known_upstream(self, session_id: bytes, headers: Sequence[tuple[bytes, bytes]]) -> bool:

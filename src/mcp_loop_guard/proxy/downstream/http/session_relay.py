@@ -22,6 +22,7 @@ import anyio.abc
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from mcp_loop_guard.config import ServerSpec
+from mcp_loop_guard.core import replies
 from mcp_loop_guard.metrics import Metrics
 from mcp_loop_guard.plan import Limits, Plan
 from mcp_loop_guard.proxy.downstream.http.admin import LiveAgent
@@ -171,7 +172,7 @@ class SessionRelay:
             if method == "POST" and self.stateless is not None:
                 await self.stateless.post(scope, receive, send)
             else:
-                await reply(send, 405, "Method Not Allowed: a stateless server has no sessions", [(b"allow", b"POST")])
+                await reply(send, 405, replies.NO_SESSIONS_STATELESS, [(b"allow", b"POST")])
         elif method == "POST":
             await self._post(scope, receive, send)
         elif method == "GET":
@@ -183,21 +184,21 @@ class SessionRelay:
                 await send({"type": "http.response.start", "status": 200, "headers": []})
                 await send({"type": "http.response.body", "body": b""})
         else:
-            await reply(send, 405, "Method Not Allowed", [(b"allow", b"GET, POST, DELETE")])
+            await reply(send, 405, replies.METHOD_NOT_ALLOWED, [(b"allow", b"GET, POST, DELETE")])
 
     async def _session(self, scope: Scope, send: Send) -> MuxedSession | None:
         """The session the request names; None when the request was answered instead (400, 404)."""
         session_id = header(scope, SESSION)
         if session_id is None:
-            await reply(send, 400, "Bad Request: Missing session ID")
+            await reply(send, 400, replies.MISSING_SESSION)
             return None
         version = header(scope, VERSION)
         if version is not None and version.decode("latin-1") not in HANDSHAKE_PROTOCOL_VERSIONS:
-            await reply(send, 400, f"Bad Request: Unsupported protocol version: {version.decode('latin-1')}")
+            await reply(send, 400, replies.unsupported_version(version.decode("latin-1")))
             return None
         session = self.sessions.lookup(session_id, token_of(scope))
         if session is None:
-            await reply(send, 404, "Session not found")
+            await reply(send, 404, replies.SESSION_NOT_FOUND)
         return session
 
     async def _post(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -245,8 +246,7 @@ class SessionRelay:
         assert ident is not None
         assert pipe is not None
         if ident in session.streams:
-            why = "Invalid Request: a request with this id is still in flight"
-            reused = wire.error(ident, wire.INVALID_REQUEST, why)
+            reused = wire.error(ident, wire.INVALID_REQUEST, replies.invalid_request(replies.ID_IN_FLIGHT))
             await json_reply(send, 200, reused)
             return
         log = session.opened(message)
@@ -272,7 +272,7 @@ class SessionRelay:
     async def _get(self, scope: Scope, receive: Receive, send: Send) -> None:
         """The session's stream of what belongs to no request (list changes, logging), or a cut stream resumed."""
         if b"text/event-stream" not in (header(scope, b"accept") or b""):
-            await reply(send, 406, "Not Acceptable: the client must accept text/event-stream")
+            await reply(send, 406, replies.NOT_ACCEPTABLE_STREAM)
             return
         session = await self._session(scope, send)
         if session is None:
@@ -283,13 +283,12 @@ class SessionRelay:
             named = parse_event_id(last_event)
             found = None if named is None else session.logs.get(named[0]) if named[0] else session.listener
             if named is None or found is None:
-                why = "Bad Request: no stream of this session to resume from this Last-Event-ID"
-                await reply(send, 400, f"{why} (it was written to its end, or its session ended)")
+                await reply(send, 400, replies.NOTHING_TO_RESUME)
                 return
             log, after = found, named[1]
             await log.take_over()
         elif log.following:
-            await reply(send, 409, "Conflict: only one GET stream is allowed per session")
+            await reply(send, 409, replies.ONE_GET_STREAM)
             return
         headers = [(b"mcp-session-id", session.session_id)]
         prime = primes(header(scope, VERSION))
