@@ -14,7 +14,6 @@ from typing import Final
 # --- JSON-RPC: a message the guard cannot take ------------------------------------------------
 
 NOT_JSON: Final = "Parse error: the line is not valid JSON"
-EMPTY: Final = "Parse error: empty"
 TOO_DEEP: Final = "nested too deeply to read"
 NOT_A_MESSAGE: Final = "not a JSON-RPC 2.0 request or notification"
 A_BATCH: Final = "not a JSON-RPC 2.0 request or notification (batches are not part of MCP)"
@@ -25,7 +24,6 @@ PARAMS_NOT_OBJECT: Final = "params must be an object"
 ID_IN_FLIGHT: Final = "a request with this id is still in flight"
 TOOL_NAME_NOT_TEXT: Final = "the tool name must be a string"
 ARGUMENTS_NOT_OBJECT: Final = "arguments must be an object"
-NOT_MCP: Final = "not an MCP message"
 CLIENT_MALFORMED_RESPONSE: Final = "the client answered with a malformed response"
 TOO_MANY_AWAITING: Final = "too many requests are awaiting the client's answer; try again later"
 
@@ -99,7 +97,6 @@ def stuck(seconds: float) -> str:
 REPLACED: Final = "was replaced by a config reload"
 NO_HANDSHAKE_AGAIN: Final = "did not complete the handshake again"
 NO_HANDSHAKE: Final = "did not complete its handshake"
-STOPPED: Final = "was stopped"
 NOT_CONNECTED_YET: Final = "the upstream is not connected yet"
 STREAM_NOT_OPEN: Final = "the event stream is not open yet"
 STREAM_CLOSED: Final = "closed its event stream"

@@ -26,7 +26,7 @@ from mcp_loop_guard.core import replies
 from mcp_loop_guard.proxy.downstream.http.agents import Agents
 from mcp_loop_guard.proxy.downstream.http.exchanges import Exchange, Relaying
 from mcp_loop_guard.proxy.downstream.http.middleware import reply
-from mcp_loop_guard.proxy.downstream.http.replies import Handshake, handshake, json_reply, read_answer, read_posted
+from mcp_loop_guard.proxy.downstream.http.replies import handshake, json_reply, read_answer, read_posted
 from mcp_loop_guard.proxy.upstream.exchange import HttpExchange, UpstreamHttpError
 from mcp_loop_guard.proxy.wire import messages as wire
 from mcp_loop_guard.proxy.wire.messages import Message
@@ -63,11 +63,6 @@ class SessionPool:
         self.limit = max_message_bytes
         self.idle: list[PooledSession] = []
         self.room = anyio.Semaphore(limit)
-
-    def adopt(self, opened: Handshake) -> None:
-        """A session opened already (the guard's question whether the server opens sessions), kept for use."""
-        if opened.session_id is not None:
-            self.idle.append(PooledSession(opened.session_id, opened.version.encode()))
 
     async def acquire(self) -> PooledSession:
         """A session with nothing in flight: the one used last, or a new one.
