@@ -176,6 +176,7 @@ def _guard(args_list: list[str]) -> int:
     finally:
         if first is not None and not first.adopted:
             first.kill_now()
+        signals.exiting()
         log_repeats.report_held()
 
 

@@ -40,6 +40,7 @@ __all__ = [
     "STOP_SIGNALS",
     "enlarge_pipe",
     "exit_watch",
+    "group_runs",
     "group_spawn_options",
     "install_handler",
     "set_nonblocking",
@@ -92,6 +93,35 @@ def signal_group(pgid: int, signum: int) -> bool:
     except PermissionError:  # pragma: no cover - a member changed owner
         return True
     return True
+
+
+def group_runs(pgid: int) -> bool:
+    """Whether a process of group ``pgid`` still runs; ended ones not yet reaped (zombies) do not count.
+
+    The group watch is nobody's child but init's (or a subreaper's), and some reap seconds late,
+    or never (a guard that is itself a container's first process): its zombie would hold a stop
+    up for the whole grace. Linux shows each process's state in /proc; elsewhere a group with
+    any member left runs.
+    """
+    if not signal_group(pgid, 0):
+        return False
+    if not sys.platform.startswith("linux"):
+        return True
+    try:
+        entries = os.listdir("/proc")
+    except OSError:
+        return True
+    for entry in entries:
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", "rb") as status:
+                fields = status.read().rpartition(b")")[2].split()  # after the command's name: state, ppid, pgrp
+        except OSError:
+            continue  # ended meanwhile
+        if len(fields) > 2 and fields[2] == str(pgid).encode() and fields[0] not in (b"Z", b"X"):
+            return True
+    return False
 
 
 _lifeline: tuple[socket.socket, socket.socket] | None = None

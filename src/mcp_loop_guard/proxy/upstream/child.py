@@ -232,7 +232,8 @@ class ChildProcess:
         """Close stdin, wait a moment, SIGTERM the group, wait, SIGKILL the group. Bounded and shielded.
 
         Once a signal of the guard's own has reached the group already, the wait for stdin's end
-        is skipped. The child is reaped here (a zombie would still count as a member of its group).
+        is skipped. The child is reaped here; other members that ended count as gone even before
+        whoever adopted them reaps them (the group watch's reaper may be seconds late).
         """
         with anyio.CancelScope(shield=True):
             self.close_stdin()
@@ -240,13 +241,13 @@ class ChildProcess:
                 await self._reaped(eof_grace)
             self.close_stdin(drained=False)
             pgid = self.process.pid
-            if self.sent is None and posix.signal_group(pgid, 0):
+            if self.sent is None and posix.group_runs(pgid):
                 self.escalate()
             if self.sent == signal.SIGTERM:
                 with anyio.move_on_after(term_grace):
-                    while self.process.poll() is None or posix.signal_group(pgid, 0):  # noqa: ASYNC110 - no event for a group
+                    while self.process.poll() is None or posix.group_runs(pgid):  # noqa: ASYNC110 - no event for a group
                         await anyio.sleep(0.02)
-                if posix.signal_group(pgid, 0):
+                if posix.group_runs(pgid):
                     self.escalate()
             await self._reaped(term_grace)
             _live.discard(self)

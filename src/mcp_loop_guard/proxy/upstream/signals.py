@@ -27,7 +27,7 @@ from mcp_loop_guard import posix
 from mcp_loop_guard.proxy.upstream.child import stop_all_groups
 from mcp_loop_guard.proxy.wire.fd import Fd
 
-__all__ = ["Stopped", "install", "received", "serving", "stop_upstreams", "upstreams_after_drain"]
+__all__ = ["Stopped", "exiting", "install", "received", "serving", "stop_upstreams", "upstreams_after_drain"]
 
 
 class Stopped(BaseException):
@@ -63,6 +63,18 @@ def install() -> None:
     """Handle SIGINT, SIGTERM and SIGHUP from now until the process exits (call before starting any upstream)."""
     _wake_channel()
     posix.install_handler(_handle)
+
+
+def exiting() -> None:
+    """The guard's upstreams are down and its exit status is decided: stop signals are ignored from now on.
+
+    Python puts back the default action of every signal it handled as it tears itself down, so
+    a late signal (a client's SIGTERM 100 ms after its SIGINT, to a guard that stopped faster)
+    would kill the guard with that signal instead of letting it exit with its status.
+    """
+    for signum in posix.STOP_SIGNALS:
+        with suppress(ValueError, OSError):
+            signal.signal(signum, signal.SIG_IGN)
 
 
 def serving() -> None:
