@@ -1,0 +1,75 @@
+"""HTTP guards and upstream servers served in the test's own event loop, on free local ports.
+
+No process is started for them (a stdio upstream is still the guard's child process): a
+test pays neither Python's start-up nor the guard's imports, and sees the same HTTP serving
+as a real guard (its relays, store and stopping), driven by the SDK's real clients.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Iterator, Sequence
+from contextlib import asynccontextmanager, contextmanager
+from dataclasses import dataclass
+from typing import Any
+
+import anyio
+import uvicorn
+from starlette.types import ASGIApp
+
+from mcp_loop_guard.config import GuardConfig, ServerSpec
+from mcp_loop_guard.plan import plan
+from mcp_loop_guard.proxy.downstream.http.app import GuardStop, serve
+from mcp_loop_guard.proxy.downstream.http.listen import listen
+from mcp_loop_guard.settings import load_settings
+from tests.http_harness import LOCALHOST, free_port
+
+
+class QuietServer(uvicorn.Server):
+    """uvicorn without its signal handlers: the test's process keeps its own."""
+
+    @contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        yield
+
+
+@asynccontextmanager
+async def serving_app(app: ASGIApp) -> AsyncIterator[str]:
+    """``app`` on a free local port in this event loop; its origin (``http://127.0.0.1:PORT``)."""
+    port = free_port()
+    server = QuietServer(uvicorn.Config(app, host=LOCALHOST, port=port, log_config=None, lifespan="on"))
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(server.serve)
+        with anyio.fail_after(20):
+            while not server.started:  # noqa: ASYNC110 - uvicorn says so by a flag only
+                await anyio.sleep(0.01)
+        yield f"http://{LOCALHOST}:{port}"
+        server.should_exit = True
+
+
+@dataclass
+class InProcessGuard:
+    """One HTTP guard served in this event loop, and what stops it."""
+
+    url: str
+    """Its MCP endpoint (``/mcp``, or ``/sse`` for a legacy SSE front)."""
+    stop: GuardStop
+
+
+@asynccontextmanager
+async def serving_guard(servers: Sequence[ServerSpec], **settings: Any) -> AsyncIterator[InProcessGuard]:
+    """A guard in front of ``servers`` with these settings (memory state unless given), on a free port."""
+    port = free_port()
+    settings.setdefault("state", "memory")
+    loaded = load_settings(None, host=LOCALHOST, port=port, **{"transport": "http", **settings})
+    path = "/sse" if loaded.transport == "sse" else "/mcp"
+    guard = InProcessGuard(f"http://{LOCALHOST}:{port}{path}", GuardStop())
+    sockets = listen(LOCALHOST, port)
+    try:
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(serve, plan(GuardConfig(None, tuple(servers), {}), loaded), guard.stop, None, sockets)
+            yield guard
+            guard.stop.drain()
+            tg.cancel_scope.cancel()
+    finally:
+        for listening in sockets:
+            listening.close()
