@@ -210,9 +210,14 @@ async def test_one_stdio_server_whose_handshake_fails_is_reported_retried_and_an
 
 
 async def test_silent_http_upstream_does_not_hold_up_new_sessions(rig: Rig) -> None:
-    """An HTTP upstream that accepts TCP and never answers: a new session's initialize is answered within 20 s."""
+    """An HTTP upstream that accepts TCP and never answers: a new session's initialize is answered within 20 s.
+
+    The silent server's handshake is given up after its ``callTimeoutSeconds`` (2 s here, the default 15 s
+    otherwise), at start-up and at every reconnection; new sessions must not wait for any of them.
+    """
     async with rig.raw_http("silent") as silent:
-        config = rig.config({"time": time_entry(), "r": {"type": "http", "url": silent.mcp_url}})
+        entry = {"type": "http", "url": silent.mcp_url, "callTimeoutSeconds": 2}
+        config = rig.config({"time": time_entry(), "r": entry})
         async with rig.guard(["--config", str(config)], start_limit=120) as guard:
             try:
                 with anyio.fail_after(20):
