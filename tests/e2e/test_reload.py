@@ -23,6 +23,7 @@ from tests.harness import (
     action,
     eventually,
     fixture_command,
+    read_json_lines,
     texts,
 )
 from tests.http_harness import (
@@ -229,15 +230,18 @@ async def test_a_rotated_token_keeps_the_guard_ready(rig: Rig, tmp_path: Path, t
     def entry(secret: str) -> dict[str, Any]:
         return {"type": "http", "url": counting.mcp_url, "headers": {"Authorization": f"Bearer {secret}"}}
 
-    async with rig.counting_http(tmp_path / "calls.jsonl", "--token-file", str(token)) as counting:
+    calls = tmp_path / "calls.jsonl"
+    async with rig.counting_http(calls, "--token-file", str(token)) as counting:
         write(config, {"counting": entry("old")})
         argv = ["--config", str(config)]
         async with serve_guard(argv, marker=rig.marker, stderr=rig.log("guard"), transport=transport) as guard:
             before = await http_get(guard.url("/readyz"))
+            rotated = len(read_json_lines(calls))
             token.write_text("new")
             write(config, {"counting": entry("new")})
             await sighup_http(guard)
-            await anyio.sleep(HEALTH_INTERVAL + 3)  # a health check has asked with the new token
+            with anyio.fail_after(HEALTH_INTERVAL + 10):  # a health check asks with the new token
+                await eventually(lambda: admitted_pings(calls, rotated) > 0)
             after = await http_get(guard.url("/readyz"))
             opened = open_http_session(guard.mcp_url) if transport == "http" else open_sse_session(guard.url("/sse"))
             async with opened as client:
@@ -246,6 +250,12 @@ async def test_a_rotated_token_keeps_the_guard_ready(rig: Rig, tmp_path: Path, t
     assert before.status_code == 200, before.text
     assert after.status_code == 200, after.text
     assert texts(echoed) == ["rotated"]
+
+
+def admitted_pings(log: Path, after: int) -> int:
+    """Pings the counting server let in (sent with the token its file held) among its log's lines from ``after`` on."""
+    requests = [entry for entry in read_json_lines(log)[after:] if entry["event"] == "request"]
+    return sum(1 for entry in requests if entry["method"] == "ping" and entry["admitted"])
 
 
 async def sighup_http(guard: ServerProcess) -> None:
