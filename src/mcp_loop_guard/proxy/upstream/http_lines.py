@@ -107,8 +107,8 @@ class HttpLines(HttpStreams):
 
         The handshake and each notification or response go on alone until the server took
         them (the session id comes with the handshake's answer), but never for longer than
-        :data:`HOLD` (the handshake timeout for ``initialize``): a server that never answers
-        holds up no other message.
+        :data:`HOLD`, or the server's call timeout when shorter (the handshake timeout for
+        ``initialize``): a server that never answers holds up no other message for long.
 
         Raises:
             UpstreamDownError: the upstream could not be reached.
@@ -117,11 +117,16 @@ class HttpLines(HttpStreams):
         async with self._order:
             sending = _Sending(anyio.Event())
             self._tg.start_soon(self._post, message, sending)
-            with anyio.move_on_after(self.handshake_timeout if message.method == "initialize" else HOLD):
+            with anyio.move_on_after(self.handshake_timeout if message.method == "initialize" else self._hold):
                 await sending.released.wait()
             sending.returned = True
             if sending.failure is not None:
                 raise UpstreamDownError(sending.failure)
+
+    @property
+    def _hold(self) -> float:
+        """How long a notification or response may hold up the next message: a call timeout set shorter bounds it."""
+        return min(HOLD, self.handshake_timeout)
 
     async def _post(self, message: Message, sending: _Sending) -> None:
         def sent() -> None:
