@@ -54,13 +54,8 @@ def state_home(tmp_path: Path) -> Path:
 
 @pytest.fixture
 def guard_env(counting: CountingUpstream, state_home: Path) -> dict[str, str]:
-    """The environment every guard of the test gets: the counting server's log and the test's state home.
-
-    With no allowance for slow repeats: where a guard starts anew for each call, the time between
-    two calls is mostly process starts, and on a busy machine a slower start looks like an agent
-    backing off, whose warning the guard holds back (``LOOP_GUARD_QUIET_SECONDS``).
-    """
-    return {**counting.env, "XDG_STATE_HOME": str(state_home), "LOOP_GUARD_QUIET_SECONDS": "0"}
+    """The environment every guard of the test gets: the counting server's log and the test's state home."""
+    return {**counting.env, "XDG_STATE_HOME": str(state_home)}
 
 
 @pytest.fixture

@@ -37,12 +37,7 @@ def stdio_target(command: Sequence[str]) -> list[str]:
 
 
 def guard_http(processes: Processes, *args: str) -> AbstractAsyncContextManager[Served]:
-    """The guard serving streamable HTTP at /mcp in front of the upstream ARGS name; ready when /readyz answers 200.
-
-    The runs are seconds apart, more on a busy machine: a run slower than the one before looks
-    like an agent backing off, whose warning the guard holds back (``LOOP_GUARD_QUIET_SECONDS``).
-    These tests are about what crosses, not about pace.
-    """
+    """The guard serving streamable HTTP at /mcp in front of the upstream ARGS name; ready when /readyz answers 200."""
     return processes.serve(
         "guard",
         lambda port: [
@@ -58,7 +53,6 @@ def guard_http(processes: Processes, *args: str) -> AbstractAsyncContextManager[
             *args,
         ],
         ready_path="/readyz",
-        env={"LOOP_GUARD_QUIET_SECONDS": "0"},
     )
 
 
