@@ -24,6 +24,14 @@ class Limits:
     """Seconds a request may go without an answer or progress; None: no limit."""
     max_pending_requests: int = 64
     """Upstream requests (sampling, elicitation, roots, ping) awaiting one client at once."""
+    health_interval: float = 10.0
+    """Seconds between pings of an idle HTTP or SSE upstream, and how long one may take."""
+
+    @classmethod
+    def of(cls, settings: Settings, call_timeout: float | None = None) -> Limits:
+        """The settings' limits; ``call_timeout``: a server's own instead of the guard-wide one."""
+        timeout = call_timeout or settings.call_timeout_seconds
+        return cls(settings.max_message_bytes, timeout, settings.max_pending_requests, settings.health_interval_seconds)
 
 
 @dataclass(frozen=True)
@@ -45,8 +53,7 @@ class Plan:
     @property
     def limits(self) -> Limits:
         """The guard-wide limits (a server's ``callTimeoutSeconds`` overrides the call timeout)."""
-        settings = self.settings
-        return Limits(settings.max_message_bytes, settings.call_timeout_seconds, settings.max_pending_requests)
+        return Limits.of(self.settings)
 
     @property
     def several(self) -> bool:

@@ -291,6 +291,14 @@ PROCESS: Final[tuple[Setting, ...]] = (
         more="Over stdio too; the excess is answered upstream with an error.",
     ),
     _limits(
+        "health_interval_seconds",
+        float,
+        10.0,
+        "Seconds between an HTTP guard's pings of an idle HTTP or SSE upstream, to notice it went away.",
+        gt=0,
+        more="Also how long a ping may take. `/readyz` then reports the upstream down, and the guard reconnects.",
+    ),
+    _limits(
         "session_idle_seconds",
         float,
         1800.0,

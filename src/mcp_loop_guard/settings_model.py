@@ -112,6 +112,7 @@ class Settings(BaseSettings):
     header_timeout_seconds: float = declared("header_timeout_seconds")
     body_timeout_seconds: float = declared("body_timeout_seconds")
     max_pending_requests: int = declared("max_pending_requests")
+    health_interval_seconds: float = declared("health_interval_seconds")
     session_idle_seconds: float = declared("session_idle_seconds")
 
     @classmethod

@@ -195,14 +195,15 @@ async def test_an_unreachable_upstream_is_answered_and_the_guard_stays_up(rig: R
 
 
 async def test_readyz_follows_the_server_down_and_back_and_names_a_refusal(rig: Rig, tmp_path: Path) -> None:
-    """The guard's own session with the server is pinged: a killed server turns /readyz 503, its return 200 again.
+    """The guard's own session with the server is pinged (every second here): a killed server turns /readyz 503,
+    its return 200 again.
 
     A server that refuses ``initialize`` (401) is named by its status, never by its URL.
     """
     port = free_port()
     async with rig.counting_http(tmp_path / "calls.jsonl", port=port) as counting:
         config = rig.config({"counting": {"type": "http", "url": counting.mcp_url}})
-        async with rig.guard(["--config", str(config)]) as guard:
+        async with rig.guard(["--config", str(config), "--health-interval-seconds", "1"]) as guard:
             up = await http_get(guard.url("/readyz"))
             counting.process.kill()
             await counting.process.wait()

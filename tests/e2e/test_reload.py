@@ -13,7 +13,6 @@ import mcp_types as types
 import pytest
 from mcp.shared.exceptions import MCPError
 
-from mcp_loop_guard.proxy.upstream.health import HEALTH_INTERVAL
 from tests.harness import (
     Callbacks,
     Connector,
@@ -233,14 +232,14 @@ async def test_a_rotated_token_keeps_the_guard_ready(rig: Rig, tmp_path: Path, t
     calls = tmp_path / "calls.jsonl"
     async with rig.counting_http(calls, "--token-file", str(token)) as counting:
         write(config, {"counting": entry("old")})
-        argv = ["--config", str(config)]
+        argv = ["--config", str(config), "--health-interval-seconds", "1"]
         async with serve_guard(argv, marker=rig.marker, stderr=rig.log("guard"), transport=transport) as guard:
             before = await http_get(guard.url("/readyz"))
             rotated = len(read_json_lines(calls))
             token.write_text("new")
             write(config, {"counting": entry("new")})
             await sighup_http(guard)
-            with anyio.fail_after(HEALTH_INTERVAL + 10):  # a health check asks with the new token
+            with anyio.fail_after(20):  # a health check (every second here) asks with the new token
                 await eventually(lambda: admitted_pings(calls, rotated) > 0)
             after = await http_get(guard.url("/readyz"))
             opened = open_http_session(guard.mcp_url) if transport == "http" else open_sse_session(guard.url("/sse"))

@@ -117,7 +117,7 @@ async def test_http_upstream_dying_while_the_guard_runs(rig: Rig) -> None:
     """server-everything over HTTP is killed: the guard stays up, /readyz turns 503 for it, time keeps working."""
     async with rig.everything_http() as everything:
         config = rig.config({"time": time_entry(), "r": {"type": "http", "url": everything.mcp_url}})
-        async with rig.guard(["--config", str(config)]) as guard:
+        async with rig.guard(["--config", str(config), "--health-interval-seconds", "1"]) as guard:
             with anyio.fail_after(10):
                 before = await readyz(guard)
             everything.process.send_signal(signal.SIGKILL)

@@ -420,3 +420,20 @@ def test_a_guard_given_a_command_alone_builds_no_model_it_does_not_use() -> None
     env = {k: v for k, v in os.environ.items() if not k.upper().startswith("LOOP_GUARD_")}
     result = subprocess.run([sys.executable, "-c", _MODELS_BUILT], capture_output=True, text=True, env=env, check=True)
     assert json.loads(result.stdout) == [False, False, False]
+
+
+def test_the_health_interval_reaches_every_probe(monkeypatch: pytest.MonkeyPatch) -> None:
+    """LOOP_GUARD_HEALTH_INTERVAL_SECONDS paces the HTTP and SSE probes and the SDK path's pings."""
+    from mcp_loop_guard.config import GuardConfig, HttpServer
+    from mcp_loop_guard.plan import plan
+    from mcp_loop_guard.proxy.downstream.http.probe import HttpProbe, SseProbe
+    from mcp_loop_guard.proxy.upstream.exchange import HttpExchange
+    from mcp_loop_guard.proxy.upstream.pool import Slot
+
+    monkeypatch.setenv("LOOP_GUARD_HEALTH_INTERVAL_SECONDS", "2.5")
+    spec = HttpServer("r", "http://127.0.0.1:9/mcp")
+    limits = plan(GuardConfig(None, (spec,), {}), load_settings()).limits
+    assert limits.health_interval == 2.5
+    assert HttpProbe(spec, limits, HttpExchange(spec)).interval == 2.5
+    assert SseProbe(spec, limits).interval == 2.5
+    assert Slot(spec, shared=False, limits=limits).limits.health_interval == 2.5

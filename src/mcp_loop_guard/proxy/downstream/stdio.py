@@ -101,8 +101,7 @@ async def serve_pipe(plan: Plan, first: ChildProcess | None = None) -> int:
     servers = plan.config.servers
     spec = servers[0]
     settings = plan.settings
-    timeout = (spec.call_timeout if len(servers) == 1 else None) or settings.call_timeout_seconds
-    limits = Limits(settings.max_message_bytes, timeout, settings.max_pending_requests)
+    limits = Limits.of(settings, spec.call_timeout if len(servers) == 1 else None)
     ending = Ending()
     async with (
         opened_store(plan) as (store, health),

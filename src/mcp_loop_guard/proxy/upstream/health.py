@@ -19,7 +19,7 @@ from mcp_loop_guard.config import HttpServer, ServerSpec, StdioServer
 from mcp_loop_guard.proxy.upstream.backoff import Backoff
 from mcp_loop_guard.redaction import without_urls
 
-__all__ = ["HEALTH_INTERVAL", "HTTP_HANDSHAKE_TIMEOUT", "Status", "Supervised", "public_reason", "reason_of"]
+__all__ = ["HTTP_HANDSHAKE_TIMEOUT", "Status", "Supervised", "public_reason", "reason_of"]
 
 logger = logging.getLogger(__name__)
 
@@ -27,8 +27,6 @@ Status = Literal["starting", "ready", "down"]
 
 HTTP_HANDSHAKE_TIMEOUT = 15.0
 """Seconds an HTTP upstream may take to answer initialize (stdio ones get longer: ``npx`` may download)."""
-HEALTH_INTERVAL = 10.0
-"""Seconds between pings of an idle HTTP upstream, to notice it went away."""
 
 
 def reason_of(error: BaseException) -> str:

@@ -34,7 +34,7 @@ from mcp_loop_guard.core.fingerprint import canonical_json
 from mcp_loop_guard.plan import Limits
 from mcp_loop_guard.proxy.upstream.backoff import Backoff
 from mcp_loop_guard.proxy.upstream.child import ChildProcess, UpstreamStartError
-from mcp_loop_guard.proxy.upstream.health import HEALTH_INTERVAL, HTTP_HANDSHAKE_TIMEOUT, Supervised, reason_of
+from mcp_loop_guard.proxy.upstream.health import HTTP_HANDSHAKE_TIMEOUT, Supervised, reason_of
 from mcp_loop_guard.proxy.upstream.session import Downstream, Upstream, UpstreamGoneError
 from mcp_loop_guard.proxy.upstream.transports import open_http_upstream, open_stdio_upstream
 
@@ -199,9 +199,9 @@ class Slot(Supervised):
 
             async def ping() -> None:
                 while True:
-                    await anyio.sleep(HEALTH_INTERVAL)
+                    await anyio.sleep(self.limits.health_interval)
                     try:
-                        with anyio.fail_after(HEALTH_INTERVAL):
+                        with anyio.fail_after(self.limits.health_interval):
                             await upstream.request("ping", None)
                     except (TimeoutError, MCPError, UpstreamGoneError, OSError) as exc:
                         upstream.mark_gone(f"upstream {upstream.label} failed a health check: {reason_of(exc)}")

@@ -29,7 +29,7 @@ from mcp_loop_guard.proxy.downstream.http.replies import (
 from mcp_loop_guard.proxy.upstream.backoff import Backoff
 from mcp_loop_guard.proxy.upstream.channel import UpstreamDownError
 from mcp_loop_guard.proxy.upstream.exchange import HttpExchange, UpstreamHttpError
-from mcp_loop_guard.proxy.upstream.health import HEALTH_INTERVAL, HTTP_HANDSHAKE_TIMEOUT, Supervised
+from mcp_loop_guard.proxy.upstream.health import HTTP_HANDSHAKE_TIMEOUT, Supervised
 from mcp_loop_guard.proxy.upstream.shared_child import HANDSHAKE
 from mcp_loop_guard.proxy.upstream.sse_lines import SseLines
 from mcp_loop_guard.proxy.wire import messages as wire
@@ -59,6 +59,7 @@ class HttpProbe(Supervised):
         super().__init__(spec, backoff)
         self.limit = limits.max_message_bytes
         self.timeout = spec.call_timeout or limits.call_timeout or HTTP_HANDSHAKE_TIMEOUT
+        self.interval = limits.health_interval
         self.label = f"{spec.name} ({redact_url(spec.url)})"
         self.exchange = exchange
 
@@ -80,10 +81,10 @@ class HttpProbe(Supervised):
             logger.info("connected to upstream %s (protocol %s)", self.label, opened.version)
             self._set("ready", "connected", "connected")
             while True:
-                await anyio.sleep(HEALTH_INTERVAL)
+                await anyio.sleep(self.interval)
                 ident = wire.own_request_id()
                 try:
-                    with anyio.fail_after(HEALTH_INTERVAL):
+                    with anyio.fail_after(self.interval):
                         answer = await self._post(opened, {"jsonrpc": "2.0", "id": ident, "method": "ping"}, ident)
                 except (TimeoutError, UpstreamHttpError, ValueError) as error:
                     return f"upstream {self.label} failed a health check: {str(error) or 'no answer in time'}"
@@ -131,6 +132,7 @@ class SseProbe(Supervised):
         self.http_spec = spec
         self.limit = limits.max_message_bytes
         self.timeout = spec.call_timeout or limits.call_timeout or HTTP_HANDSHAKE_TIMEOUT
+        self.interval = limits.health_interval
         self.label = f"{spec.name} ({redact_url(spec.url)})"
 
     async def _serve_once(self) -> str:
@@ -162,11 +164,11 @@ class SseProbe(Supervised):
         logger.info("connected to upstream %s over legacy SSE", self.label)
         self._set("ready", "connected", "connected")
         while True:
-            with anyio.move_on_after(HEALTH_INTERVAL):
+            with anyio.move_on_after(self.interval):
                 await gone.wait()
             if gone.is_set():
                 return lost[0]
-            if await channel.request("ping", None, within=HEALTH_INTERVAL) is None:
+            if await channel.request("ping", None, within=self.interval) is None:
                 return f"upstream {self.label} failed a health check: it did not answer ping"
 
 

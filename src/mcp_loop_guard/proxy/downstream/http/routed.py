@@ -85,8 +85,7 @@ class RoutedRelay(SessionRelay):
     @property
     def limits(self) -> Limits:
         """The guard's limits: a server's own call timeout applies to its calls (the router knows it)."""
-        settings = self.settings
-        return Limits(settings.max_message_bytes, settings.call_timeout_seconds, settings.max_pending_requests)
+        return Limits.of(self.settings)
 
     # --- the servers -------------------------------------------------------------------------
 

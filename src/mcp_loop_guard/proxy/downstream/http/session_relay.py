@@ -102,9 +102,7 @@ class SessionRelay:
     @property
     def limits(self) -> Limits:
         """The relay's limits, with the server's own call timeout."""
-        settings = self.settings
-        timeout = self.server.call_timeout or settings.call_timeout_seconds
-        return Limits(settings.max_message_bytes, timeout, settings.max_pending_requests)
+        return Limits.of(self.settings, self.server.call_timeout)
 
     @asynccontextmanager
     async def running(self) -> AsyncIterator[None]:
