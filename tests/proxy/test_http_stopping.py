@@ -11,8 +11,8 @@ request by request to one HTTP server, a session relay through a router, and the
 from __future__ import annotations
 
 import socket
-from collections.abc import AsyncIterator, Iterator
-from contextlib import asynccontextmanager, contextmanager
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 
 import anyio
@@ -28,6 +28,7 @@ from mcp_loop_guard.proxy.downstream.http.app import GuardStop, serve
 from mcp_loop_guard.proxy.downstream.http.listen import listen
 from mcp_loop_guard.settings import load_settings
 from tests.http_harness import LOCALHOST, free_port, open_http_session
+from tests.inprocess import QuietServer
 
 pytestmark = pytest.mark.anyio
 
@@ -39,14 +40,6 @@ FRONTS = {
 """Front -> (servers behind the guard, ``--stateless``, the name the client calls ``hold`` by)."""
 LIMIT = 30
 """Seconds any step may take on a loaded machine."""
-
-
-class _Quiet(uvicorn.Server):
-    """uvicorn without its signal handlers: the test's process keeps its own."""
-
-    @contextmanager
-    def capture_signals(self) -> Iterator[None]:
-        yield
 
 
 @dataclass
@@ -78,7 +71,7 @@ async def serving_upstream() -> AsyncIterator[Upstream]:
     port = free_port()
     upstream.url = f"http://{LOCALHOST}:{port}/mcp"
     config = uvicorn.Config(server.streamable_http_app(), host=LOCALHOST, port=port, log_config=None)
-    quiet = _Quiet(config)
+    quiet = QuietServer(config)
     async with anyio.create_task_group() as tg:
         tg.start_soon(quiet.serve)
         yield upstream
