@@ -5,7 +5,9 @@ Each row of the path table (ARCHITECTURE.md) is served in the test's own event l
 a stdio upstream is the guard's child. Every upstream is the same server
 (``tests/fixtures/parity_server.py``), so a client's facts through any row must be the
 direct ones (under ``server__name`` in front of several), and the same five identical calls
-must be warned at the third and refused at the fifth, for clients of both protocol eras.
+must be warned at the third and refused at the fifth, for clients of both protocol eras; and
+a 2026-07-28 client listening on ``subscriptions/listen`` must hear that a server's tools
+changed, whichever row serves it.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ import anyio
 import mcp_types as types
 import pytest
 from mcp import Client
+from mcp.client.subscriptions import ToolsListChanged
 
 from mcp_loop_guard.config import HttpServer, ServerSpec, StdioServer
 from tests.harness import FIXTURES_DIR, action, texts
@@ -162,3 +165,23 @@ async def test_every_row_shows_the_direct_facts_and_refuses_the_loop(row: str, e
         guarded = await _within(seen_through_the_guard)
     assert direct["loop"] == [None] * 5
     assert guarded == expected(direct, servers)
+
+
+@pytest.mark.parametrize("row", [row for row, (transport, _, _) in ROWS.items() if transport == "http"])
+async def test_every_row_tells_a_listening_2026_client_that_a_servers_tools_changed(row: str) -> None:
+    """A 2026-07-28 client's subscriptions/listen stream hears a server's new tool through every row."""
+    transport, stateless, kinds = ROWS[row]
+    prefix = "a__" if "+" in kinds else ""
+    async with (
+        upstreams(kinds) as specs,
+        serving_guard(specs, transport=transport, stateless=stateless) as guard,
+        Client(guard.url, mode="auto") as modern,
+    ):
+        assert modern.protocol_version == "2026-07-28"
+        with anyio.fail_after(LIMIT):
+            async with modern.listen(tools_list_changed=True) as subscription:
+                await modern.call_tool(f"{prefix}register_tool", {"name": "fresh"})
+                event = await anext(subscription)
+            names = {tool.name for tool in (await modern.list_tools()).tools}
+    assert event == ToolsListChanged()
+    assert f"{prefix}fresh" in names

@@ -183,8 +183,9 @@ class Slot(Supervised):
         """One connection, from opening to its end; returns why it ended."""
         first, self._first = self._first, None
         async with open_upstream(self.spec, self.limits, first) as upstream:
-            if self.shared:
-                upstream.downstream = self.router
+            # A shared connection's traffic goes to its sessions; a probe's notifications go to the
+            # requests without a session that use it (their subscriptions/listen streams).
+            upstream.downstream = self.router
             await upstream.connect(PROXY_INFO, SHARED_CAPABILITIES if self.shared else types.ClientCapabilities())
             self.identity = upstream.initialize_result
             self.connection = upstream
