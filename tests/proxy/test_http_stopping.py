@@ -28,7 +28,7 @@ from mcp_loop_guard.proxy.downstream.http.app import GuardStop, serve
 from mcp_loop_guard.proxy.downstream.http.listen import listen
 from mcp_loop_guard.settings import load_settings
 from tests.http_harness import LOCALHOST, free_port, open_http_session
-from tests.inprocess import QuietServer
+from tests.proxy.http_inproc import QuietServer
 
 pytestmark = pytest.mark.anyio
 

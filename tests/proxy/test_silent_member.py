@@ -15,7 +15,7 @@ import pytest
 from mcp_loop_guard.config import HttpServer, StdioServer
 from tests.harness import FIXTURES_DIR
 from tests.http_harness import Rig, open_http_session
-from tests.inprocess import serving_guard
+from tests.proxy.http_inproc import serving_guard
 
 pytestmark = pytest.mark.anyio
 
@@ -34,4 +34,4 @@ async def test_a_silent_member_holds_a_new_session_up_no_longer_than_its_call_ti
         async with serving_guard([parity, silent_member]) as guard, open_http_session(guard.url) as opened:
             with anyio.fail_after(BOUND):
                 listed = await opened.session.list_tools()
-    assert sorted(tool.name for tool in listed.tools) == ["a__constant", "a__echo"]
+    assert sorted(tool.name for tool in listed.tools) == ["a__constant", "a__echo", "a__register_tool"]

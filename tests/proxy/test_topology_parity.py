@@ -1,7 +1,7 @@
 """Every topology of the HTTP guard, direct against guarded: what a client sees is the same, and a loop is refused.
 
 Each row of the path table (ARCHITECTURE.md) is served in the test's own event loop
-(:mod:`tests.inprocess`): the guard, and the upstreams over streamable HTTP and legacy SSE;
+(:mod:`tests.proxy.http_inproc`): the guard, and the upstreams over streamable HTTP and legacy SSE;
 a stdio upstream is the guard's child. Every upstream is the same server
 (``tests/fixtures/parity_server.py``), so a client's facts through any row must be the
 direct ones (under ``server__name`` in front of several), and the same five identical calls
@@ -26,7 +26,7 @@ from mcp.client.subscriptions import ToolsListChanged
 from mcp_loop_guard.config import HttpServer, ServerSpec, StdioServer
 from tests.harness import FIXTURES_DIR, action, texts
 from tests.http_harness import open_http_session, open_sse_session
-from tests.inprocess import serving_app, serving_guard
+from tests.proxy.http_inproc import serving_app, serving_guard
 
 pytestmark = pytest.mark.anyio
 

@@ -1,5 +1,6 @@
 """HTTP guards and upstream servers served in the test's own event loop, on free local ports.
 
+Beside :mod:`.inproc` (the message relay over memory streams), this is the HTTP side.
 No process is started for them (a stdio upstream is still the guard's child process): a
 test pays neither Python's start-up nor the guard's imports, and sees the same HTTP serving
 as a real guard (its relays, store and stopping), driven by the SDK's real clients.
