@@ -1,13 +1,14 @@
-"""Every topology of the HTTP guard, direct against guarded: what a client sees is the same, and a loop is refused.
+"""Every topology, direct against guarded: what a client sees is the same, and a loop is refused.
 
-Each row of the path table (ARCHITECTURE.md) is served in the test's own event loop
+Each row of the path table (ARCHITECTURE.md) of the HTTP guard is served in the test's own event loop
 (:mod:`tests.proxy.http_inproc`): the guard, and the upstreams over streamable HTTP and legacy SSE;
 a stdio upstream is the guard's child. Every upstream is the same server
 (``tests/fixtures/parity_server.py``), so a client's facts through any row must be the
 direct ones (under ``server__name`` in front of several), and the same five identical calls
 must be warned at the third and refused at the fifth, for clients of both protocol eras; and
 a 2026-07-28 client listening on ``subscriptions/listen`` must hear that a server's tools
-changed, whichever row serves it.
+changed, whichever row serves it. The stdio guard's rows run it as the process it is, in front
+of the same servers.
 """
 
 from __future__ import annotations
@@ -15,17 +16,18 @@ from __future__ import annotations
 import sys
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import AsyncExitStack, asynccontextmanager
+from pathlib import Path
 from typing import Any, Protocol
 
 import anyio
 import mcp_types as types
 import pytest
-from mcp import Client
+from mcp import Client, StdioServerParameters
 from mcp.client.subscriptions import ToolsListChanged
 
 from mcp_loop_guard.config import HttpServer, ServerSpec, StdioServer
-from tests.harness import FIXTURES_DIR, action, texts
-from tests.http_harness import open_http_session, open_sse_session
+from tests.harness import FIXTURES_DIR, action, server_environment, texts
+from tests.http_harness import open_http_session, open_sse_session, write_config
 from tests.proxy.http_inproc import serving_app, serving_guard
 
 pytestmark = pytest.mark.anyio
@@ -185,3 +187,53 @@ async def test_every_row_tells_a_listening_2026_client_that_a_servers_tools_chan
             names = {tool.name for tool in (await modern.list_tools()).tools}
     assert event == ToolsListChanged()
     assert f"{prefix}fresh" in names
+
+
+STDIO_ROWS: dict[str, str] = {"1": "stdio", "2": "http", "3": "sse", "4": "stdio+http"}
+"""The stdio guard's rows (a separate process, the client on its stdin and stdout) -> its upstreams."""
+
+
+def _entry(spec: ServerSpec) -> dict[str, Any]:
+    if isinstance(spec, StdioServer):
+        return {"command": spec.command, "args": list(spec.args)}
+    assert isinstance(spec, HttpServer)
+    return {"type": spec.transport, "url": spec.url}
+
+
+@asynccontextmanager
+async def stdio_guard(specs: list[ServerSpec], era: str, directory: Path, marker: str) -> AsyncIterator[McpClient]:
+    """The stdio guard in front of ``specs`` (a config file of them), its client speaking ``era``."""
+    config = write_config(directory / "mcp.json", {spec.name: _entry(spec) for spec in specs})
+    argv = [sys.executable, "-m", "mcp_loop_guard", "--config", str(config)]
+    params = StdioServerParameters(command=argv[0], args=argv[1:], env=server_environment(marker, None))
+    async with Client(params, mode="legacy" if era == "handshake" else "auto") as guarded:
+        if era != "handshake":
+            assert guarded.protocol_version == era
+        yield guarded
+
+
+@pytest.mark.e2e
+@pytest.mark.parametrize("era", ["handshake", "2026-07-28"])
+@pytest.mark.parametrize("row", list(STDIO_ROWS))
+async def test_every_row_of_the_stdio_guard_shows_the_direct_facts_and_refuses_the_loop(
+    row: str, era: str, tmp_path: Path, process_marker: str
+) -> None:
+    """Through the stdio guard, in front of one server of each kind or several, a client sees the direct facts."""
+    kinds = STDIO_ROWS[row]
+    servers = len(kinds.split("+"))
+    async with upstreams("http") as (alone,):
+        assert isinstance(alone, HttpServer)
+
+        async def seen_directly() -> dict[str, Any]:
+            async with client(alone.url, "handshake") as session:
+                return await facts(session)
+
+        direct = await _within(seen_directly)
+    async with upstreams(kinds) as specs:
+
+        async def seen_through_the_guard() -> dict[str, Any]:
+            async with stdio_guard(specs, era, tmp_path, process_marker) as session:
+                return await facts(session, "a__" if servers > 1 else "")
+
+        guarded = await _within(seen_through_the_guard)
+    assert guarded == expected(direct, servers)
