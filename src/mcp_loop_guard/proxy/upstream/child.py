@@ -246,7 +246,7 @@ class ChildProcess:
             if self.sent == signal.SIGTERM:
                 with anyio.move_on_after(term_grace):
                     while self.process.poll() is None or posix.group_runs(pgid):  # noqa: ASYNC110 - no event for a group
-                        await anyio.sleep(0.02)
+                        await anyio.sleep(0.05)  # a look at the group reads /proc on Linux: not too often
                 if posix.group_runs(pgid):
                     self.escalate()
             await self._reaped(term_grace)
