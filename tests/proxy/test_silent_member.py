@@ -1,20 +1,24 @@
-"""A member that accepts connections and never answers holds a session of several servers up only for its call timeout.
+"""A member that accepts connections and never answers holds a new session of several servers up no longer than
+its call timeout, and not at all once its probe marks it down.
 
-Before the client's first request, its ``notifications/initialized`` goes to every member; a
-streamable HTTP member's channel lets the next message wait until the server took it, for
+A session's ``notifications/initialized`` goes to the members that answered its handshake
+(one down at the time is not asked, and is told on joining later); a streamable HTTP
+member's channel lets the next message wait until the server took a notification, for
 10 s at most, or for the member's ``callTimeoutSeconds`` when that is shorter.
 """
 
 from __future__ import annotations
 
+import signal
 import sys
+from pathlib import Path
 
 import anyio
 import pytest
 
 from mcp_loop_guard.config import HttpServer, StdioServer
 from tests.harness import FIXTURES_DIR
-from tests.http_harness import Rig, open_http_session
+from tests.http_harness import Rig, http_get, open_http_session, poll
 from tests.proxy.http_inproc import serving_guard
 
 pytestmark = pytest.mark.anyio
@@ -34,4 +38,26 @@ async def test_a_silent_member_holds_a_new_session_up_no_longer_than_its_call_ti
         async with serving_guard([parity, silent_member]) as guard, open_http_session(guard.url) as opened:
             with anyio.fail_after(BOUND):
                 listed = await opened.session.list_tools()
+    assert sorted(tool.name for tool in listed.tools) == ["a__constant", "a__echo", "a__register_tool"]
+
+
+async def test_a_hung_member_holds_no_new_session_up(rig: Rig, tmp_path: Path) -> None:
+    """A server that hangs (stopped) while the guard serves: its probe marks it down, and a new session
+    neither tells it the handshake's end nor waits for it (before, the session's first list waited 10 s)."""
+    parity = StdioServer("a", sys.executable, (str(FIXTURES_DIR / "parity_server.py"), "a"))
+    async with rig.counting_http(tmp_path / "calls.jsonl") as counting:
+        member = HttpServer("c", counting.mcp_url)
+        async with serving_guard([parity, member], health_interval_seconds=0.5) as guard:
+            readyz = guard.url.removesuffix("/mcp") + "/readyz"
+            with anyio.fail_after(30):
+                await poll(lambda: http_get(readyz), lambda answer: answer.status_code == 200)
+            counting.process.send_signal(signal.SIGSTOP)
+            try:
+                with anyio.fail_after(30):
+                    await poll(lambda: http_get(readyz), lambda answer: answer.status_code == 503)
+                async with open_http_session(guard.url) as opened:
+                    with anyio.fail_after(BOUND):
+                        listed = await opened.session.list_tools()
+            finally:
+                counting.process.send_signal(signal.SIGCONT)
     assert sorted(tool.name for tool in listed.tools) == ["a__constant", "a__echo", "a__register_tool"]

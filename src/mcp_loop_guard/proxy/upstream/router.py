@@ -203,8 +203,8 @@ class Router(Members):
             return
         if message.method == "notifications/initialized":
             for member in self.members.values():
-                member.initialized = message.line()
-        for name in list(self.members):
+                member.initialized = message.line()  # replayed to a member that joins later
+        for name in [name for name in self.members if name in self.identity]:  # a member without a session: none
             await self._tell(name, message)
 
     # --- from the members ----------------------------------------------------------------------
