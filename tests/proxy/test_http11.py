@@ -350,6 +350,9 @@ async def test_https_goes_through_a_tunnel_with_the_servers_certificate_checked(
         ("http://127.0.0.1:8000/mcp", {"HTTP_PROXY": "http://p:1", "NO_PROXY": "127.0.0.1:9000"}, ("p", 1, False)),
         ("https://h/mcp", {"HTTPS_PROXY": "http://p:1", "NO_PROXY": "h:443"}, None),
         ("https://h/mcp", {"HTTPS_PROXY": "http://p:1", "NO_PROXY": "*"}, None),
+        ("http://[::1]:8080/mcp", {"HTTP_PROXY": "http://p:1", "NO_PROXY": "::1"}, None),
+        ("http://[::1]:8080/mcp", {"HTTP_PROXY": "http://p:1", "NO_PROXY": "[::1]:8080"}, None),
+        ("http://[::1]:8080/mcp", {"HTTP_PROXY": "http://p:1", "NO_PROXY": "[::1]:9090"}, ("p", 1, False)),
     ],
 )
 def test_the_proxy_variables_are_read_as_the_sdks_client_reads_them(

@@ -89,8 +89,14 @@ def check_proxy_variables(servers: Iterable[ServerSpec]) -> None:
 def _bypassed(host: str, port: int, no_proxy: str) -> bool:
     """Whether ``NO_PROXY`` names the host (or a domain it is in, with or without a leading dot), or ``*``."""
     for entry in (item.strip().lower() for item in no_proxy.split(",")):
-        name, _, only_port = entry.rpartition(":") if entry.count(":") == 1 else (entry, "", "")
-        name = name.strip("[]").lstrip(".")
+        if entry.startswith("["):  # an IPv6 address, maybe with a port: [::1]:8080
+            name, _, rest = entry[1:].partition("]")
+            only_port = rest.removeprefix(":")
+        elif entry.count(":") == 1:
+            name, _, only_port = entry.rpartition(":")
+        else:  # a host name, or a bare IPv6 address
+            name, only_port = entry, ""
+        name = name.lstrip(".")
         if entry == "*" or (
             name and (host == name or host.endswith("." + name)) and (not only_port or only_port == str(port))
         ):
