@@ -18,7 +18,7 @@ import anyio
 import mcp_types as types
 import pytest
 from mcp import Client
-from mcp.client.subscriptions import ToolsListChanged
+from mcp.client.subscriptions import ResourceUpdated, ToolsListChanged
 from mcp.shared.exceptions import MCPError
 
 from tests.harness import VERDICT_KEY, ClientUser, Inbox, action, counted_calls, everything_tour, texts, wire
@@ -425,3 +425,18 @@ async def test_an_upstream_endpoint_redirected_on_its_own_origin_is_followed(rig
             with anyio.fail_after(20):
                 echoed = await client.call_tool("echo", {"text": "moved?"})
     assert texts(echoed) == ["moved?"]
+
+
+async def test_a_2026_client_hears_of_a_resource_it_listens_to_through_the_sdk_path(rig: Rig) -> None:
+    """A 2026-07-28 client of server-everything (handshake era only) names a resource on its listen stream:
+    the guard subscribes to it upstream, and the server's updates of it reach the stream."""
+    async with rig.everything_http() as everything:
+        config = rig.config({"everything": everything_http_entry(everything.mcp_url)})
+        async with rig.guard(["--config", str(config)]) as guard, Client(guard.mcp_url, mode="2026-07-28") as client:
+            with anyio.fail_after(30):
+                uri = str((await client.list_resources()).resources[0].uri)
+                async with client.listen(resource_subscriptions=[uri]) as subscription:
+                    await client.call_tool("toggle-subscriber-updates", {})  # the server's updates of what it serves
+                    event = await anext(subscription)
+                await client.call_tool("toggle-subscriber-updates", {})
+    assert event == ResourceUpdated(uri=uri)

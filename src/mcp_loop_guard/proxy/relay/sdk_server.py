@@ -15,7 +15,7 @@ from mcp.server.caching import CACHEABLE_METHODS, CacheHint
 from mcp.server.context import CallNext, HandlerResult
 from mcp.server.models import InitializationOptions
 from mcp.server.session import ServerSession
-from mcp.server.subscriptions import ListenHandler, SubscriptionBus
+from mcp.server.subscriptions import SubscriptionBus
 from mcp.shared.exceptions import MCPError
 from mcp.shared.message import ServerMessageMetadata
 from mcp.shared.subscriptions import LISTEN_STREAM_METHODS, event_from_wire
@@ -24,6 +24,7 @@ from pydantic import BaseModel
 
 from mcp_loop_guard.proxy.compat import forget_server_info
 from mcp_loop_guard.proxy.relay.aggregate import Aggregate
+from mcp_loop_guard.proxy.relay.listens import RelayedListens
 from mcp_loop_guard.proxy.upstream.links import Link
 from mcp_loop_guard.proxy.upstream.pool import PROXY_INFO
 from mcp_loop_guard.proxy.upstream.session import REQUESTS
@@ -159,7 +160,8 @@ class SessionServer(Server[Any]):
         self.listens = bus is not None
         """2026-07-28 clients can open ``subscriptions/listen``: the upstreams' changes reach them."""
         if bus is not None:
-            self.add_request_handler("subscriptions/listen", types.SubscriptionsListenRequestParams, ListenHandler(bus))
+            listens = RelayedListens(bus, aggregate.handler)
+            self.add_request_handler("subscriptions/listen", types.SubscriptionsListenRequestParams, listens)
         self.add_notification_handler("notifications/roots/list_changed", types.NotificationParams, self._roots)
 
     async def _roots(self, ctx: Context, params: types.NotificationParams) -> None:
@@ -174,12 +176,12 @@ class SessionServer(Server[Any]):
 
     async def _discover(self, ctx: Context, params: types.RequestParams) -> types.DiscoverResult:
         caps = self.capabilities()
-        # 2026-07-28 delivers changes only on subscriptions/listen: the lists' changes when this
-        # server serves it; resource subscriptions and log messages are not relayed there.
+        # 2026-07-28 delivers changes only on subscriptions/listen: the lists' changes and the
+        # resources a stream names, when this server serves it; log messages are not relayed there.
         for cap in (caps.tools, caps.prompts, caps.resources):
             if cap is not None and not self.listens:
                 cap.list_changed = False
-        if caps.resources is not None:
+        if caps.resources is not None and not self.listens:
             caps.resources.subscribe = False
         caps.logging = None
         return types.DiscoverResult(
