@@ -27,13 +27,6 @@ def test_handle_modern_request_takes_what_the_http_guard_passes() -> None:
     assert inspect.iscoroutinefunction(compat.handle_modern_request)
 
 
-def test_the_sdk_http_timeouts_are_numbers_with_a_longer_read() -> None:
-    """The upstream HTTP client uses the SDK's timeouts; the SSE read must outlast a plain request."""
-    assert isinstance(compat.MCP_DEFAULT_TIMEOUT, int | float)
-    assert isinstance(compat.MCP_DEFAULT_SSE_READ_TIMEOUT, int | float)
-    assert compat.MCP_DEFAULT_SSE_READ_TIMEOUT > compat.MCP_DEFAULT_TIMEOUT > 0
-
-
 def test_the_stream_protocols_are_there() -> None:
     """The transports' stream types, used in signatures throughout the proxy."""
     assert compat.ReadStream is not None

@@ -122,7 +122,7 @@ def test_the_layout_checks_see_the_package() -> None:
     assert len([name for name in graph if _layer(name)]) > 40
     # lazy imports count: the SDK path loaded at the first 2026-07-28 request, the router in front of several
     assert f"{ROOT}.proxy.downstream.http.sessionless" in graph[f"{ROOT}.proxy.downstream.http.translating"]
-    assert f"{ROOT}.proxy.upstream.pool" in graph[f"{ROOT}.proxy.downstream.http.translating"]
+    assert f"{ROOT}.proxy.upstream.router" in graph[f"{ROOT}.proxy.upstream.channels"]
 
 
 def test_the_front_doors_texts_come_from_the_one_module_of_texts() -> None:

@@ -423,12 +423,11 @@ def test_a_guard_given_a_command_alone_builds_no_model_it_does_not_use() -> None
 
 
 def test_the_health_interval_reaches_every_probe(monkeypatch: pytest.MonkeyPatch) -> None:
-    """LOOP_GUARD_HEALTH_INTERVAL_SECONDS paces the HTTP and SSE probes and the SDK path's pings."""
+    """LOOP_GUARD_HEALTH_INTERVAL_SECONDS paces the HTTP and SSE probes (the SDK path relies on them too)."""
     from mcp_loop_guard.config import GuardConfig, HttpServer
     from mcp_loop_guard.plan import plan
     from mcp_loop_guard.proxy.downstream.http.probe import HttpProbe, SseProbe
     from mcp_loop_guard.proxy.upstream.exchange import HttpExchange
-    from mcp_loop_guard.proxy.upstream.pool import Slot
 
     monkeypatch.setenv("LOOP_GUARD_HEALTH_INTERVAL_SECONDS", "2.5")
     spec = HttpServer("r", "http://127.0.0.1:9/mcp")
@@ -436,4 +435,3 @@ def test_the_health_interval_reaches_every_probe(monkeypatch: pytest.MonkeyPatch
     assert limits.health_interval == 2.5
     assert HttpProbe(spec, limits, HttpExchange(spec)).interval == 2.5
     assert SseProbe(spec, limits).interval == 2.5
-    assert Slot(spec, shared=False, limits=limits).limits.health_interval == 2.5

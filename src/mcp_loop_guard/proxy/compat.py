@@ -17,15 +17,10 @@ from mcp.server import Server
 # manager is the only public caller, and the guard keeps its own manager.
 from mcp.server._streamable_http_modern import handle_modern_request
 
-# The SDK's MCP timeouts for HTTP clients (a long read: a response stream may stay open).
-from mcp.shared._httpx_utils import MCP_DEFAULT_SSE_READ_TIMEOUT, MCP_DEFAULT_TIMEOUT
-
 # The stream types the SDK's transports hand over.
 from mcp.shared._stream_protocols import ReadStream, WriteStream
 
 __all__ = [
-    "MCP_DEFAULT_SSE_READ_TIMEOUT",
-    "MCP_DEFAULT_TIMEOUT",
     "MirrorSession",
     "ReadStream",
     "WriteStream",

@@ -1,12 +1,11 @@
-"""The SDK server one session of the aggregating proxy presents, and its server-to-client channel.
+"""The SDK server the SDK path presents, and its server-to-client channel.
 
-With one upstream the session mirrors it (identity, capabilities, names); with several it is
-an aggregate under the guard's own name.
+It mirrors what is behind it (identity, capabilities): one server, or the router of several
+under the guard's own name.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from typing import Any, Protocol, TypeVar, cast
 
 import mcp_types as types
@@ -23,10 +22,8 @@ from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from pydantic import BaseModel
 
 from mcp_loop_guard.proxy.compat import forget_server_info
-from mcp_loop_guard.proxy.relay.aggregate import Aggregate
-from mcp_loop_guard.proxy.relay.listens import RelayedListens
-from mcp_loop_guard.proxy.upstream.links import Link
-from mcp_loop_guard.proxy.upstream.pool import PROXY_INFO
+from mcp_loop_guard.proxy.relay.listens import Handler, RelayedListens
+from mcp_loop_guard.proxy.relay.sdk_channel import PROXY_INFO, ChannelLink
 from mcp_loop_guard.proxy.upstream.session import REQUESTS
 
 Context = ServerRequestContext[Any, Any]
@@ -95,21 +92,6 @@ class SessionDownstream:
             await self.session.send_notification(notification)
 
 
-def client_identity(ctx: Context) -> tuple[types.Implementation, types.ClientCapabilities]:
-    """The client's name and capabilities, from ``initialize``, the session, or the 2026-07-28 envelope."""
-    params: Mapping[str, Any] = ctx.params or {}
-    if ctx.method == "initialize":
-        info, caps = params.get("clientInfo"), params.get("capabilities")
-    elif ctx.session.client_params is not None:
-        return ctx.session.client_params.client_info, ctx.session.client_params.capabilities
-    else:
-        meta = params.get("_meta") or {}
-        info, caps = meta.get(types.CLIENT_INFO_META_KEY), meta.get(types.CLIENT_CAPABILITIES_META_KEY)
-    client_info = types.Implementation.model_validate(info or {"name": "unknown", "version": ""}, by_name=False)
-    capabilities = types.ClientCapabilities.model_validate(caps or {}, by_name=False)
-    return client_info, capabilities
-
-
 def strip_envelope(params: _P) -> _P:
     """Drop the 2026-07-28 per-request keys: the upstream connection has its own era."""
     meta = getattr(params, "meta", None)
@@ -127,9 +109,16 @@ def relayable(capabilities: types.ServerCapabilities) -> types.ServerCapabilitie
 class Owner(Protocol):
     """What the server face needs from the proxy behind it."""
 
-    aggregate: Aggregate
-    single: Link | None
+    link: ChannelLink
     downstream: SessionDownstream
+
+    def handler(self, method: str) -> Handler:
+        """The handler of one relayed method."""
+        ...
+
+    async def roots_changed(self) -> None:
+        """The client's roots changed."""
+        ...
 
     async def connect_first(self, ctx: Context, call_next: CallNext) -> HandlerResult:
         """Middleware connecting the upstreams on the first request."""
@@ -144,35 +133,32 @@ class SessionServer(Server[Any]):
     """An SDK server that presents the upstream's identity (or the guard's, for several) as its own."""
 
     def __init__(self, owner: Owner) -> None:
-        """Register every relayed method on ``owner``'s aggregate; tools/call on the owner."""
+        """Register every relayed method on ``owner``; tools/call too."""
         # A relayed list may change at any moment: tell 2026-07-28 clients not to cache it.
         super().__init__(PROXY_INFO.name, cache_hints=dict.fromkeys(cast(Any, CACHEABLE_METHODS), CacheHint()))
         self.owner = owner
         # Replaces the SDK's default OpenTelemetry middleware: four spans per relayed call cost
         # about 3% of the guard's CPU with no tracer installed, on every call of every agent.
         self.middleware = [owner.connect_first]
-        aggregate = owner.aggregate
         for method in REQUESTS:
-            self.add_request_handler(method, _params_type(method), aggregate.handler(method))
+            self.add_request_handler(method, _params_type(method), owner.handler(method))
         self.add_request_handler("tools/call", types.CallToolRequestParams, owner.call_tool)
         self.add_request_handler("server/discover", types.RequestParams, self._discover)
         bus = owner.downstream.bus
         self.listens = bus is not None
         """2026-07-28 clients can open ``subscriptions/listen``: the upstreams' changes reach them."""
         if bus is not None:
-            listens = RelayedListens(bus, aggregate.handler)
+            listens = RelayedListens(bus, owner.handler)
             self.add_request_handler("subscriptions/listen", types.SubscriptionsListenRequestParams, listens)
         self.add_notification_handler("notifications/roots/list_changed", types.NotificationParams, self._roots)
 
     async def _roots(self, ctx: Context, params: types.NotificationParams) -> None:
-        await self.owner.aggregate.roots_changed()
+        await self.owner.roots_changed()
 
     def capabilities(self) -> types.ServerCapabilities:
         """What the client is told the server can do."""
-        single = self.owner.single
-        if single is not None and single.identity is not None:
-            return relayable(single.identity.capabilities)
-        return self.owner.aggregate.capabilities()
+        identity = self.owner.link.identity
+        return relayable(identity.capabilities) if identity is not None else types.ServerCapabilities()
 
     async def _discover(self, ctx: Context, params: types.RequestParams) -> types.DiscoverResult:
         caps = self.capabilities()
@@ -189,16 +175,15 @@ class SessionServer(Server[Any]):
         )
 
     def adopt_identity(self) -> None:
-        """Take the upstream's serverInfo (one upstream), so every era's results carry it."""
-        single = self.owner.single
-        if single is None or single.identity is None:
+        """Take the upstream's serverInfo (the guard's, for several), so every era's results carry it."""
+        identity = self.owner.link.identity
+        if identity is None:
             self.name, self.version = PROXY_INFO.name, PROXY_INFO.version
-            self.instructions = self.owner.aggregate.instructions()
         else:
-            info = single.identity.server_info
+            info = identity.server_info
             self.name, self.version, self.title = info.name, info.version, info.title
             self.description, self.website_url, self.icons = info.description, info.website_url, info.icons
-            self.instructions = single.identity.instructions
+            self.instructions = identity.instructions
         forget_server_info(self)
 
     def create_initialization_options(

@@ -1,16 +1,15 @@
-"""The aggregating proxy: one downstream session relayed through the SDK's session layer.
+"""The SDK path: requests the message relays cannot pass on as they are, translated between protocol eras.
 
-Used where the message relay cannot serve: several upstreams under one name, an HTTP
-upstream behind a stdio guard, an HTTP guard in front of shared stdio servers. The SDK owns
-the protocol here (both eras, initialization, cancellation, progress plumbing); this module
-decides where each request goes, and hands every ``tools/call`` to the same judge the
-message relay uses.
+The SDK owns the protocol on the client's side (both eras, initialization, cancellation,
+progress plumbing); every request goes on to the one channel behind it (a server's, or a
+router of several: :mod:`.sdk_channel`), and every ``tools/call`` goes through the one
+lifecycle (:mod:`.lifecycle`) with the same judge the message relays use.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable
 from contextlib import nullcontext
 from typing import Any, cast
 
@@ -23,14 +22,12 @@ from pydantic import BaseModel
 
 from mcp_loop_guard.core import replies
 from mcp_loop_guard.core.model import Verdict
-from mcp_loop_guard.proxy.relay.aggregate import Aggregate, for_era
 from mcp_loop_guard.proxy.relay.context import Context
 from mcp_loop_guard.proxy.relay.judge import Judge
 from mcp_loop_guard.proxy.relay.lifecycle import Refused, begin, failure, timed_out
-from mcp_loop_guard.proxy.relay.merged import MergedLists
-from mcp_loop_guard.proxy.relay.sdk_server import SessionDownstream, SessionServer, client_identity, strip_envelope
+from mcp_loop_guard.proxy.relay.sdk_channel import ChannelLink
+from mcp_loop_guard.proxy.relay.sdk_server import SessionDownstream, SessionServer, strip_envelope
 from mcp_loop_guard.proxy.relay.stopping import Stopping
-from mcp_loop_guard.proxy.upstream.links import Link
 from mcp_loop_guard.proxy.upstream.session import UpstreamGoneError
 from mcp_loop_guard.proxy.wire.messages import GUARD_FAULT, Message
 from mcp_loop_guard.trace_context import CARRIER_KEYS
@@ -42,58 +39,56 @@ JudgeOf = Callable[[Context], Awaitable[Judge]]
 """The judge of the agent a request belongs to (the session's own, or a keyed agent's)."""
 AbortHook = Callable[[Context, Verdict], None]
 """Called once an aborting refusal is decided; the transport ends the session after it went out."""
+Handler = Callable[[Context, Any], Awaitable[dict[str, Any]]]
+
+
+def for_era(ctx: Context, result: dict[str, Any]) -> dict[str, Any]:
+    """Every 2026-07-28 result names its type; handshake-era upstreams (and the guard's own results) don't."""
+    if ctx.protocol_version in MODERN_PROTOCOL_VERSIONS and "resultType" not in result:
+        result["resultType"] = "complete"
+    return result
 
 
 class GuardedProxy:
-    """Relays one downstream session to its upstreams, judging every tool call."""
+    """Relays the SDK path's requests to its one channel (a server's, or a router of several), judging tool calls."""
 
     def __init__(
         self,
-        links: Sequence[Link],
+        link: ChannelLink,
         downstream: SessionDownstream,
         judge_of: JudgeOf,
         on_abort: AbortHook,
         *,
         stopping: Stopping,
-        on_dropped: Callable[[str, str], None] | None = None,
         on_listed: Callable[[str, list[str]], None] | None = None,
-        owners: dict[str, tuple[str, str]] | None = None,
     ) -> None:
-        """``stopping``: the guard's (its calls in flight are answered when it stops); ``on_dropped(server, tool)``:
-        a colliding tool was left out of a list; ``on_listed(server, names)``: a server listed these tools (both
-        for metrics)."""
-        self.links = {link.name: link for link in links}
-        self.single = links[0] if len(links) == 1 else None
+        """``stopping``: the guard's (its calls in flight are answered when it stops); ``on_listed(server, names)``:
+        one server listed these tools (for metrics; a router tells its own)."""
+        self.link = link
         self.downstream = downstream
         self.judge_of = judge_of
         self.on_abort = on_abort
         self.stopping = stopping
-        lists = MergedLists(self.links, self.relay, on_dropped=on_dropped, on_listed=on_listed, owners=owners)
-        self.aggregate = Aggregate(lists)
+        self.on_listed = on_listed
         self.server = SessionServer(self)
         self._connected = False
-        self._client: tuple[types.Implementation, types.ClientCapabilities] | None = None
 
-    async def add_link(self, link: Link) -> None:
-        """A server added by a config reload: reachable from now on, connected as this session's client."""
-        self.links[link.name] = link
-        self.single = link if len(self.links) == 1 else None
-        self.aggregate.relinked()
-        if self._client is not None:
-            try:
-                await link.connect(*self._client)
-            except UpstreamGoneError as exc:
-                logger.warning("upstream %r is not available: %s", link.name, exc)
+    def handler(self, method: str) -> Handler:
+        """The handler of one relayed method (tools/call is :meth:`call_tool`): straight to the channel."""
 
-    def drop_link(self, name: str) -> Link | None:
-        """A server removed by a config reload: no longer routed to; the caller closes the link."""
-        link = self.links.pop(name, None)
-        self.single = next(iter(self.links.values())) if len(self.links) == 1 else None
-        self.aggregate.relinked()
-        return link
+        async def straight(ctx: Context, params: BaseModel | None) -> dict[str, Any]:
+            result = await self.relay(ctx, None, method, params)
+            if method == "tools/list":
+                tools = result.get("tools") or []
+                self.link.tools.seen(tools, first_page=getattr(params, "cursor", None) is None)
+                if self.on_listed is not None and self.link.router is None:
+                    self.on_listed(self.link.name, [t["name"] for t in tools if isinstance(t, dict) and "name" in t])
+            return for_era(ctx, result)
 
-    async def relay(self, ctx: Context, server: str, method: str, params: BaseModel | None) -> dict[str, Any]:
-        """Send one request to one upstream on behalf of the client, progress included.
+        return straight
+
+    async def relay(self, ctx: Context, server: str | None, method: str, params: BaseModel | None) -> dict[str, Any]:
+        """Send one request upstream on behalf of the client (to ``server`` of several), progress included.
 
         With a call timeout, every progress notification from the upstream restarts the
         clock; when it runs out the request is cancelled upstream (leaving the scope sends
@@ -102,8 +97,7 @@ class GuardedProxy:
         Raises:
             MCPError: the upstream's own error, or the guard's (marked with GUARD_FAULT data).
         """
-        link = self.links[server]
-        timeout = link.call_timeout
+        timeout = self.link.timeout_for(server)
         wants_progress = ctx.meta is not None and ctx.meta.get("progress_token") is not None
         scope = anyio.CancelScope(deadline=anyio.current_time() + timeout if timeout else float("inf"))
         session = ctx.session
@@ -118,12 +112,10 @@ class GuardedProxy:
 
         if params is not None:
             params = strip_envelope(params)
-        label = f"`{server}`"
         self.stopping.add(scope)
         try:
             with scope:
-                async with link.using() as upstream:
-                    label = upstream.label
+                async with self.link.using() as upstream:
                     result = await upstream.request(method, params, on_progress)
         except UpstreamGoneError as exc:
             raise MCPError(types.INTERNAL_ERROR, str(exc), data={GUARD_FAULT: "gone"}) from exc
@@ -133,13 +125,12 @@ class GuardedProxy:
             raise MCPError(types.INTERNAL_ERROR, replies.SHUTTING_DOWN, data={GUARD_FAULT: "stopping"})
         if scope.cancelled_caught:
             assert timeout is not None
+            label = self.link.label_of(server)
             raise MCPError(types.INTERNAL_ERROR, timed_out(label, method, timeout), data={GUARD_FAULT: "timeout"})
-        if method == "tools/list" and getattr(params, "cursor", None) is None:
-            link.note_tools(result.get("tools"))
-        return for_era(ctx, result)
+        return result
 
     async def connect_first(self, ctx: Context, call_next: CallNext) -> HandlerResult:
-        """Middleware: connect upstreams on the first request, as the client it came from."""
+        """Middleware: connect upstream on the first request."""
         self.downstream.session = ctx.session
         if ctx.request_id is not None and ctx.method != "initialize":
             self.downstream.in_flight[ctx.request_id] = ctx.session
@@ -153,18 +144,23 @@ class GuardedProxy:
         if not self._connected:
             if ctx.method == "ping":
                 return {}  # nothing to connect for: a ping is answered here
-            client_info, capabilities = client_identity(ctx)
-            self._client = (client_info, capabilities)
-            for link in list(self.links.values()):
-                try:
-                    await link.connect(client_info, capabilities)
-                except UpstreamGoneError as exc:
-                    if self.single is not None:
-                        raise MCPError(types.INTERNAL_ERROR, str(exc)) from exc
-                    logger.warning("upstream %r is not available: %s", link.name, exc)
+            try:
+                async with self.link.using():
+                    pass
+            except UpstreamGoneError as exc:
+                raise MCPError(types.INTERNAL_ERROR, str(exc)) from exc
             self._connected = True
             self.server.adopt_identity()
         return await call_next(ctx)
+
+    async def roots_changed(self) -> None:
+        """Tell the servers the client's roots changed."""
+        upstream = self.link.upstream
+        if upstream is not None and upstream.initialize_result is not None:
+            try:
+                await upstream.notify(types.RootsListChangedNotification())
+            except (UpstreamGoneError, anyio.BrokenResourceError, anyio.ClosedResourceError) as exc:
+                logger.debug("roots/list_changed to %s failed: %s", self.link.channel.label, exc)
 
     async def call_tool(self, ctx: Context, params: types.CallToolRequestParams) -> dict[str, Any]:
         """The guarded method, through the one lifecycle (:mod:`.lifecycle`); the SDK carries it.
@@ -172,20 +168,23 @@ class GuardedProxy:
         Raises:
             MCPError: an unknown tool, or the upstream's own JSON-RPC error.
         """
-        route = await self.aggregate.tool_route(ctx, params.name)
+        body = params.model_dump(mode="json", by_alias=True, exclude_none=True)
+        route = await self.link.route(params.name, body.get("_meta"))
         if route is None:
-            raise MCPError(types.INVALID_PARAMS, f"Unknown tool: {params.name}")
+            raise MCPError(types.INVALID_PARAMS, replies.unknown("tool", params.name))
         server, upstream_name = route
         judge = await self.judge_of(ctx)
-        body = params.model_dump(mode="json", by_alias=True, exclude_none=True)
         message = Message({"jsonrpc": "2.0", "id": ctx.request_id or 0, "method": "tools/call", "params": body})
-
-        async def annotations(name: str, given: object) -> dict[str, Any] | None:
-            return await self.aggregate.annotations(ctx, server, upstream_name)
 
         modern = ctx.protocol_version in MODERN_PROTOCOL_VERSIONS
         decision = await begin(
-            judge, server, message, tool=upstream_name, annotations=annotations, carried=_headers(ctx), modern=modern
+            judge,
+            server,
+            message,
+            tool=upstream_name,
+            annotations=self.link.tools.annotations,
+            carried=_headers(ctx),
+            modern=modern,
         )
         if isinstance(decision, Refused):
             if decision.abort and judge.aborted is not None:
@@ -195,7 +194,7 @@ class GuardedProxy:
                 raise MCPError(answer["error"]["code"], answer["error"]["message"])
             return cast(dict[str, Any], answer["result"])
         sent = message.body["params"]
-        forwarded = params.model_copy(update={"name": upstream_name, "meta": sent.get("_meta") or None})
+        forwarded = params.model_copy(update={"meta": sent.get("_meta") or None})
         try:
             with decision.pending.span.current() if decision.pending.span is not None else nullcontext():
                 result = await self.relay(ctx, server, "tools/call", forwarded)

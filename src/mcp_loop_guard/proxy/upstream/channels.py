@@ -15,6 +15,7 @@ servers holds no HTTP client.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from functools import partial
 from typing import TYPE_CHECKING
 
@@ -30,10 +31,19 @@ if TYPE_CHECKING:
     from mcp_loop_guard.proxy.upstream.router_lists import Catalog
     from mcp_loop_guard.proxy.upstream.sse_lines import SseLines
 
-__all__ = ["Opener", "channel", "opener"]
+__all__ = ["Behind", "Opener", "channel", "opener"]
 
 Opener = Callable[[Receiver], Channel]
 """Makes the relay's upstream, given who receives from it (the relay itself)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Behind:
+    """What the SDK path reaches: the server's name, how its channel is made, and its limits."""
+
+    name: str
+    reach: Opener
+    limits: Limits
 
 
 def opener(

@@ -1,9 +1,8 @@
 """One stdio child shared by every session of an HTTP guard: the guard's own connection to it, and relayed sessions.
 
-A child has one JSON-RPC connection. The guard opens it with one handshake: its own
-(:meth:`Mux.handshake`, in front of one stdio server, so no SDK is loaded for it), or the
-one an SDK session sends (the *primary*, with several upstreams). The SDK-based paths of
-the former (2026-07-28 clients) reach the child as one more relayed session. Each relayed
+A child has one JSON-RPC connection. The guard opens it with one handshake of its own
+(:meth:`Mux.handshake`, so no SDK is loaded for it); the SDK path (2026-07-28 clients)
+reaches the child as one more relayed session. Each relayed
 session (a :class:`Share`: :class:`~.mux_view.MuxView`) sends its messages through the same
 connection as they came, with its request ids and progress tokens
 replaced by ids of the guard's own, and gets back what is its own with the client's ids
@@ -15,8 +14,7 @@ What the child sends is routed: an answer, progress and a cancellation to whoeve
 request (sampling, elicitation, roots) to the one session with requests in flight, refused
 when several have (the child gives no way to tell which one asked); any other notification
 to everyone (``resources/updated`` only to the sessions that subscribed to that resource).
-Without a primary, a request nobody can be asked is refused and the rest of the primary's
-share is dropped.
+A request nobody can be asked is refused, and what is nobody's is dropped.
 """
 
 from __future__ import annotations
@@ -25,7 +23,6 @@ import contextlib
 import itertools
 import logging
 import secrets
-from collections.abc import Awaitable, Callable
 from typing import Any, Protocol
 
 import anyio
@@ -51,10 +48,6 @@ class HandshakeRefusedError(Exception):
     """The child answered the guard's ``initialize`` with an error: what it said."""
 
 
-async def _dropped(item: Item) -> None:
-    """No primary: what would be its share goes nowhere."""
-
-
 class Share(Protocol):
     """One relayed session's share of the child, as the mux keeps it."""
 
@@ -76,17 +69,11 @@ class Share(Protocol):
 
 
 class Mux:
-    """The child's stdio, shared by the primary SDK session (if any) and any number of relayed views."""
+    """The child's stdio, shared by any number of relayed views; the guard opens it with :meth:`handshake`."""
 
-    def __init__(
-        self, child: ChildProcess, to_primary: Callable[[Item], Awaitable[None]] | None = None, *, max_bytes: int
-    ) -> None:
-        """``to_primary`` takes what is the SDK session's: answers to its requests and every broadcast.
-
-        Without it the guard opens the child with :meth:`handshake`.
-        """
+    def __init__(self, child: ChildProcess, *, max_bytes: int) -> None:
+        """Nothing relayed until views attach."""
         self.child = child
-        self.to_primary = to_primary or _dropped
         self.max_bytes = max_bytes
         self.views: set[Share] = set()
         self.identity: dict[str, Any] | None = None
@@ -95,7 +82,6 @@ class Mux:
         self.closed: str | None = None
         self.done = anyio.Event()
         """Set when the child is gone (:attr:`closed` says why)."""
-        self._primary = to_primary is not None
         self._nonce = f"mlg-{secrets.token_hex(3)}-"
         self._ids = itertools.count(1)
         self._routes: dict[str, tuple[Share, RequestId]] = {}
@@ -105,8 +91,6 @@ class Mux:
         self._asked: dict[RequestId, Share] = {}
         """The child's requests routed to a view, until answered."""
         self._own = OwnRequests()
-        self._primary_open: set[RequestId] = set()
-        self._handshake: RequestId | None = None
 
     # --- the child's output ------------------------------------------------------------------
 
@@ -152,22 +136,10 @@ class Mux:
                 else:
                     item = BadLine(item.problem, item.reply, client_id)
                 await self._deliver(view, item)
-            return
-        if ident is not None:
-            self._primary_open.discard(ident)
-            if ident == self._handshake and isinstance(item, Message):
-                result = item.body.get("result")
-                if isinstance(result, dict):
-                    self.identity = result
-                    self.ready.set()
-        await self.to_primary(item)
 
     async def _child_request(self, message: Message) -> None:
         asking = [view for view in self.views if view.open]
-        if not asking and self._primary:
-            await self.to_primary(message)  # the SDK session routes it among its own clients, or refuses it
-            return
-        if len(asking) == 1 and not self._primary_open:
+        if len(asking) == 1:
             ident = message.id
             assert ident is not None
             self._asked[ident] = asking[0]
@@ -188,17 +160,12 @@ class Mux:
                 view, client_token = route
                 message.body["params"] = {**params, "progressToken": client_token}
                 await self._deliver(view, message.changed())
-                return
-            await self.to_primary(message)
             return
         if method == "notifications/cancelled":
             asked = self._asked.pop(params.get("requestId"), None)  # type: ignore[arg-type]
             if asked is not None:
                 await self._deliver(asked, message)
-                return
-            await self.to_primary(message)
             return
-        await self.to_primary(message)
         uri = params.get("uri")
         for view in list(self.views):
             if method != UPDATED or uri in view.subscribed:
@@ -226,21 +193,6 @@ class Mux:
         except OSError as error:
             stopped = replies.upstream(f"`{self.child.label}`", replies.stopped_reading(error.strerror or error))
             raise UpstreamDownError(stopped) from None
-
-    async def from_primary(
-        self, line: bytes, *, request: RequestId | None, method: str | None, cancelled: object = None
-    ) -> None:
-        """A line of the SDK session's (whose ids are never ours).
-
-        ``request``: its id when it is a request; ``cancelled``: the id a cancellation names.
-        """
-        if request is not None:
-            self._primary_open.add(request)
-            if method == "initialize":
-                self._handshake = request
-        elif isinstance(cancelled, str | int):
-            self._primary_open.discard(cancelled)
-        await self.write(line)
 
     def new_id(self) -> str:
         """An id of our own, unique on this child."""

@@ -1,4 +1,4 @@
-"""One upstream MCP server reached through the SDK's client session (the aggregating proxy's way).
+"""The SDK path's client session to what is behind it (a server, or a router of several) over a channel.
 
 Requests are relayed as raw result dictionaries: the SDK checks that a result has the shape
 its method requires, but nothing re-validates ``structuredContent`` against an output schema
@@ -16,7 +16,6 @@ from typing import Any, Protocol, cast
 
 import anyio
 import anyio.abc
-import httpx2
 import mcp_types as types
 from mcp.client.session import ClientRequestContext, IncomingMessage
 from mcp.shared.dispatcher import ProgressFnT
@@ -25,8 +24,6 @@ from mcp.shared.message import SessionMessage
 from pydantic import BaseModel, TypeAdapter, ValidationError
 
 from mcp_loop_guard.proxy.compat import MirrorSession, ReadStream, WriteStream, connection_closed
-from mcp_loop_guard.proxy.upstream.child import ChildProcess
-from mcp_loop_guard.proxy.upstream.mux import Mux
 from mcp_loop_guard.proxy.wire import messages as wire
 from mcp_loop_guard.redaction import without_urls
 
@@ -79,12 +76,10 @@ class Upstream:
         read: ReadStream[SessionMessage | Exception],
         write: WriteStream[SessionMessage],
         *,
-        child: ChildProcess | None = None,
         label: str | None = None,
     ) -> None:
         """``label`` names the upstream in messages (never an expanded secret)."""
         self.name = name
-        self.child = child
         self._label = label or name
         self._gone: str | None = None
         self._unreadable = 0
@@ -99,20 +94,16 @@ class Upstream:
             message_handler=self.on_message,
         )
         self.downstream: Downstream | None = None
-        self.mux: Mux | None = None
-        """A stdio child's stdio, which relayed sessions share with this SDK session."""
         self.initialize_result: types.InitializeResult | None = None
         self._connect_lock = anyio.Lock()
 
     @property
     def label(self) -> str:
         """How error messages name this upstream."""
-        return f"`{self.child.label}`" if self.child is not None else self._label
+        return self._label
 
     def gone_reason(self) -> str | None:
         """Why the upstream cannot answer any more, or None while it can."""
-        if self.child is not None and self.child.exited.is_set():
-            return f"upstream {self.label} {self.child.describe_exit()}"
         return self._gone
 
     def mark_gone(self, reason: str) -> None:
@@ -123,19 +114,7 @@ class Upstream:
 
     async def wait_gone(self) -> str:
         """Return once the upstream cannot answer any more, with the reason."""
-        async with anyio.create_task_group() as tg:
-
-            async def child_exit() -> None:
-                if self.child is not None:
-                    await self.child.exited.wait()
-                    tg.cancel_scope.cancel()
-
-            async def closed() -> None:
-                await self._gone_event.wait()
-                tg.cancel_scope.cancel()
-
-            tg.start_soon(child_exit)
-            tg.start_soon(closed)
+        await self._gone_event.wait()
         return self.gone_reason() or f"upstream {self.label} closed the connection"
 
     async def connect(self, client_info: types.Implementation, capabilities: types.ClientCapabilities) -> None:
@@ -196,24 +175,17 @@ class Upstream:
             return await pending
         except MCPError as exc:
             if connection_closed(exc.error) or self.gone_reason() is not None:
-                reason = await self._wait_reason()
+                reason = self.gone_reason() or f"upstream {self.label} closed the connection"
                 self.mark_gone(reason)
                 raise UpstreamGoneError(reason) from exc
             raise
         except ValidationError as exc:
             message = f"upstream {self.label} sent a result of the wrong shape for the request"
             raise MCPError(types.INTERNAL_ERROR, message, data={wire.GUARD_FAULT: "invalid-result"}) from exc
-        except (httpx2.HTTPError, OSError) as exc:
+        except OSError as exc:
             reason = f"upstream {self.label} is unreachable: {brief(exc)}"
             self.mark_gone(reason)
             raise UpstreamGoneError(reason) from exc
-
-    async def _wait_reason(self) -> str:
-        """The exit status arrives a moment after stdout closes: wait briefly for it."""
-        if self.child is not None:
-            with anyio.move_on_after(1.0):
-                await self.child.exited.wait()
-        return self.gone_reason() or f"upstream {self.label} closed the connection"
 
     # Server-to-client traffic, relayed to the attached downstream.
 

@@ -23,7 +23,8 @@ from mcp_loop_guard.proxy.downstream.agents import agent_loop, judge_for
 from mcp_loop_guard.proxy.downstream.http.agents import Agents
 from mcp_loop_guard.proxy.downstream.http.middleware import HostRules
 from mcp_loop_guard.proxy.downstream.http.muxed_sessions import MuxedSession
-from mcp_loop_guard.proxy.downstream.http.session_relay import SessionRelay, Translator
+from mcp_loop_guard.proxy.downstream.http.session_relay import SessionRelay
+from mcp_loop_guard.proxy.downstream.http.translating import Translating
 from mcp_loop_guard.proxy.relay.judge import Judge
 from mcp_loop_guard.proxy.relay.pipe import Pipe
 from mcp_loop_guard.proxy.upstream.channels import opener
@@ -41,7 +42,7 @@ class ChanneledRelay(SessionRelay):
         *,
         agents: Agents,
         metrics: Metrics,
-        translating: Translator,
+        translating: Translating,
         security: HostRules,
     ) -> None:
         """``translating`` serves 2026-07-28 requests through the SDK."""

@@ -22,15 +22,13 @@ from mcp_loop_guard.proxy.downstream.http.agents import Agents
 from mcp_loop_guard.proxy.downstream.http.middleware import security_settings
 from mcp_loop_guard.proxy.downstream.http.probe import HttpProbe, SseProbe
 from mcp_loop_guard.proxy.downstream.http.relayed import HttpRelay
-from mcp_loop_guard.proxy.downstream.http.translating import Translating
+from mcp_loop_guard.proxy.downstream.http.translating import SessionlessFront, Translating
 from mcp_loop_guard.proxy.upstream.child import ChildProcess
 from mcp_loop_guard.proxy.upstream.exchange import HttpExchange
 from mcp_loop_guard.proxy.upstream.health import Supervised
 
 if TYPE_CHECKING:
     from mcp_loop_guard.proxy.downstream.http.session_relay import SessionRelay
-    from mcp_loop_guard.proxy.downstream.http.sessionless import SessionlessFront
-    from mcp_loop_guard.proxy.upstream.pool import Slot
 
 S = TypeVar("S", bound=ServerSpec)
 
@@ -152,7 +150,11 @@ async def muxed_front(plan: Plan, at: Start) -> Served:
 
 async def channeled_front(plan: Plan, at: Start) -> Served:
     """One remote server, a session of its own for each client's: no SDK until a request needs translating."""
-    spec, agents, metrics, tg = _one(channeled_upstream(plan)), at.agents, at.metrics, at.tg
+    return await _channeled(plan, at, _one(channeled_upstream(plan)))
+
+
+async def _channeled(plan: Plan, at: Start, spec: HttpServer) -> Served:
+    agents, metrics, tg = at.agents, at.metrics, at.tg
     from mcp_loop_guard.proxy.downstream.http.channeled import ChanneledRelay  # noqa: PLC0415 - only this front needs it
 
     security = security_settings(plan.settings)
@@ -201,21 +203,21 @@ async def routed_front(plan: Plan, at: Start) -> Served:
 
 
 async def sdk_front(plan: Plan, at: Start) -> Served:
-    """``--stateless`` in front of several servers or one legacy SSE server: the SDK path, its slots keeping them."""
-    from mcp_loop_guard.proxy.downstream.http.sessionless import Sessionless, SessionlessFront  # noqa: PLC0415
-    from mcp_loop_guard.proxy.downstream.sessions import SessionFactory  # noqa: PLC0415
-    from mcp_loop_guard.proxy.upstream.pool import Slot  # noqa: PLC0415
+    """``--stateless`` in front of several servers or one legacy SSE server: every request through the SDK path.
 
-    def slot(spec: ServerSpec, first: ChildProcess | None = None) -> Slot:
-        """HTTP upstreams get a connection per session; stdio upstreams one shared child each."""
-        return Slot(spec, shared=not isinstance(spec, HttpServer), limits=plan.limits, first=first)
+    The relay of the same servers with sessions (a router, or a channel, per session) keeps
+    their children and probes; its SDK path, loaded by the first request, serves them all.
+    """
+    from mcp_loop_guard.proxy.downstream.http.session_relay import SessionRelay  # noqa: PLC0415 - loaded by the fronts
 
-    slots = [slot(spec, at.first if spec is plan.single_stdio else None) for spec in plan.config.servers]
-    factory = SessionFactory(plan, slots, on_dropped=at.metrics.dropped, on_listed=at.metrics.learn, make_slot=slot)
-    security = security_settings(plan.settings)
-    sessions = SessionlessFront(Sessionless(plan, factory=factory, agents=at.agents, security=security))
-    await factory.start(at.tg)
-    return Served(sessions, slots, factory.reconfigure)
+    if len(plan.config.servers) > 1:
+        served = await routed_front(plan, at)
+    else:
+        spec = plan.config.servers[0]
+        assert isinstance(spec, HttpServer), "one stdio server is served by the muxed relay"
+        served = await _channeled(plan, at, spec)
+    assert isinstance(served.sessions, SessionRelay)
+    return Served(SessionlessFront(served.sessions), served.slots, served.reconfigure)
 
 
 @dataclass(frozen=True, slots=True)

@@ -7,15 +7,15 @@ passed on as its bytes: every method, present and future (``tasks/*``, extension
 as it would cross a pipe, and only a ``tools/call`` is judged, by the session's own agent.
 The guard opens the child with a handshake of its own and supervises it without the SDK.
 2026-07-28 requests (sessionless) go through the SDK path, loaded when the first one comes
-(:mod:`.muxed_sdk`), which speaks that era to the client and the handshake era to the same
-child; legacy SSE connections are sessions of the relay too (:mod:`.muxed_sse`).
+(:mod:`.translating`), which speaks that era to the client and the handshake era to the same
+child through a share of its own; legacy SSE connections are sessions of the relay too (:mod:`.muxed_sse`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from functools import partial
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import anyio
 import anyio.abc
@@ -29,18 +29,16 @@ from mcp_loop_guard.proxy.downstream.http.middleware import HostRules
 from mcp_loop_guard.proxy.downstream.http.muxed_sessions import MuxedSession
 from mcp_loop_guard.proxy.downstream.http.muxed_stateless import StatelessRequests
 from mcp_loop_guard.proxy.downstream.http.session_relay import SessionRelay
-from mcp_loop_guard.proxy.downstream.http.translating import over_shared_children
+from mcp_loop_guard.proxy.downstream.http.translating import Translating
 from mcp_loop_guard.proxy.relay.judge import Judge
 from mcp_loop_guard.proxy.relay.pipe import Pipe
 from mcp_loop_guard.proxy.relay.tools import ToolFacts
 from mcp_loop_guard.proxy.upstream.channel import Receiver
+from mcp_loop_guard.proxy.upstream.channels import Behind
 from mcp_loop_guard.proxy.upstream.child import ChildProcess
 from mcp_loop_guard.proxy.upstream.mux import Mux
 from mcp_loop_guard.proxy.upstream.mux_view import MuxView
 from mcp_loop_guard.proxy.upstream.shared_child import SharedChild
-
-if TYPE_CHECKING:
-    from mcp_loop_guard.proxy.downstream.http.sessionless import Sessionless
 
 __all__ = ["MuxedRelay"]
 
@@ -59,7 +57,7 @@ class MuxedRelay(SessionRelay):
         first: ChildProcess | None = None,
     ) -> None:
         """``first``: the child, started before the guard loaded its web server."""
-        translating = over_shared_children(plan, self._translation, agents=agents, metrics=metrics, security=security)
+        translating = Translating(plan, agents=agents, metrics=metrics, security=security, behind=self._behind)
         super().__init__(plan, agents=agents, metrics=metrics, translating=translating, security=security)
         self.security = security
         self.slots = [SharedChild(spec, plan.limits, first=first)]
@@ -90,11 +88,9 @@ class MuxedRelay(SessionRelay):
         with scope:
             await slot.supervise(task_status=task_status)
 
-    async def _translation(self, tg: anyio.abc.TaskGroup) -> Sessionless:
-        """The SDK path on the same child (its module is loaded by then)."""
-        from mcp_loop_guard.proxy.downstream.http.muxed_sdk import shared_translation  # noqa: PLC0415 - loaded
-
-        return await shared_translation(self.plan, lambda: self.slot, self.agents, self.metrics, self.security, tg)
+    def _behind(self) -> Behind:
+        """The SDK path reaches the same child, through a share of its own."""
+        return Behind(self.slot.spec.name, self._share, self.limits)
 
     @property
     def server(self) -> ServerSpec:
@@ -119,6 +115,10 @@ class MuxedRelay(SessionRelay):
                     mux.attach(session.view)
                     if session.pipe is not None:
                         self._tg.start_soon(session.pipe.upstream_restarted)
+            shared = self.translating.channel()
+            if isinstance(shared, MuxView) and shared.mux is not mux:
+                mux.attach(shared)
+                self._tg.start_soon(self.translating.restarted)
 
         slot.on_change(changed)
 
@@ -143,18 +143,7 @@ class MuxedRelay(SessionRelay):
         ``kind`` is the prefix of its agent's key, and says how its lines go (see :class:`MuxedSession`).
         With ``judge`` (a keyed agent's, for one sessionless request) the session is not kept.
         """
-        slot = self.slot
-        spec = slot.spec
-        assert isinstance(spec, StdioServer)
-
-        def listed(tools: list[Any]) -> None:
-            self.metrics.learn(spec.name, [tool["name"] for tool in tools if isinstance(tool, dict) and "name" in tool])
-
-        def share(receiver: Receiver) -> MuxView:
-            view = MuxView(f"`{spec.public_name}`", receiver, listed, self._serving)
-            view.down = f"upstream `{spec.public_name}` is {slot.status}: {slot.reason}"
-            return view
-
+        spec = self.slot.spec
         if judge is None:
             session = self.sessions.new(token, None, kind=kind)
             key = self.sessions.key(session)
@@ -163,13 +152,26 @@ class MuxedRelay(SessionRelay):
         else:
             session = MuxedSession(b"", token, None, kind=kind)
         aborted = partial(self._aborted, session)
-        pipe = Pipe(share, session.send, judge, server=spec.name, limits=self.limits, on_abort=aborted)
+        pipe = Pipe(self._share, session.send, judge, server=spec.name, limits=self.limits, on_abort=aborted)
         assert isinstance(pipe.upstream, MuxView)
         pipe.tools.facts = self.facts  # one child: what one session learnt of its tools holds for all
         session.pipe, session.view = pipe, pipe.upstream
         if session.session_id:
             session.on_retire = pipe.upstream.leave
         return session
+
+    def _share(self, receiver: Receiver) -> MuxView:
+        """A share of the child, for one session (or the SDK path); it attaches to the child when it first sends."""
+        slot = self.slot
+        spec = slot.spec
+        assert isinstance(spec, StdioServer)
+
+        def listed(tools: list[Any]) -> None:
+            self.metrics.learn(spec.name, [tool["name"] for tool in tools if isinstance(tool, dict) and "name" in tool])
+
+        view = MuxView(f"`{spec.public_name}`", receiver, listed, self._serving)
+        view.down = f"upstream `{spec.public_name}` is {slot.status}: {slot.reason}"
+        return view
 
     def _serving(self) -> Mux | None:
         """The child serving now: the slot's, while it is ready."""

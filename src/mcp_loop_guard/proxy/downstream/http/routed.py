@@ -8,14 +8,14 @@ an upstream session per guard session, opened with the client's own ``initialize
 with it (as :mod:`.channeled`). The lists are merged under ``server__name`` and each request
 goes to its server; every other method crosses as it came (``tasks/*`` included). Names keep
 the owner they had first in every session. 2026-07-28 requests (sessionless) go through the SDK
-path, loaded when the first one comes, which reaches the same shared children.
+path, loaded when the first one comes, over a router of its own with the same members.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from functools import partial
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import anyio
 import anyio.abc
@@ -31,12 +31,12 @@ from mcp_loop_guard.proxy.downstream.http.middleware import HostRules
 from mcp_loop_guard.proxy.downstream.http.muxed_sessions import MuxedSession
 from mcp_loop_guard.proxy.downstream.http.probe import HttpProbe, SseProbe
 from mcp_loop_guard.proxy.downstream.http.session_relay import SessionRelay
-from mcp_loop_guard.proxy.downstream.http.translating import Translating, over_shared_children
+from mcp_loop_guard.proxy.downstream.http.translating import Translating
 from mcp_loop_guard.proxy.relay.judge import Judge
 from mcp_loop_guard.proxy.relay.pipe import Pipe
 from mcp_loop_guard.proxy.upstream.backoff import START_TIMEOUT
 from mcp_loop_guard.proxy.upstream.channel import Channel, Receiver
-from mcp_loop_guard.proxy.upstream.channels import channel, opener
+from mcp_loop_guard.proxy.upstream.channels import Behind, channel, opener
 from mcp_loop_guard.proxy.upstream.exchange import HttpExchange
 from mcp_loop_guard.proxy.upstream.health import Supervised
 from mcp_loop_guard.proxy.upstream.mux import Mux
@@ -44,9 +44,6 @@ from mcp_loop_guard.proxy.upstream.mux_view import MuxView
 from mcp_loop_guard.proxy.upstream.router import Router
 from mcp_loop_guard.proxy.upstream.router_lists import Catalog
 from mcp_loop_guard.proxy.upstream.shared_child import SharedChild
-
-if TYPE_CHECKING:
-    from mcp_loop_guard.proxy.downstream.http.sessionless import Sessionless
 
 __all__ = ["RoutedRelay"]
 
@@ -63,7 +60,7 @@ class RoutedRelay(SessionRelay):
         security: HostRules,
     ) -> None:
         """Every configured server is started by :meth:`supervise`."""
-        translating = over_shared_children(plan, self._translation, agents=agents, metrics=metrics, security=security)
+        translating = Translating(plan, agents=agents, metrics=metrics, security=security, behind=self._behind)
         super().__init__(plan, agents=agents, metrics=metrics, translating=translating, security=security)
         self.security = security
         self.specs: list[ServerSpec] = list(plan.config.servers)
@@ -125,13 +122,17 @@ class RoutedRelay(SessionRelay):
         mux = slot.mux
         if slot.status != "ready" or mux is None or self._tg is None or self._child(slot.name) is not slot:
             return
-        for session in list(self.sessions.live.values()):
-            router = session.pipe.upstream if session.pipe is not None else None
-            view = router.members.get(slot.name) if isinstance(router, Router) else None
+        for router in self._routers():
+            view = router.members.get(slot.name)
             if isinstance(view, MuxView) and view.mux is not mux:
                 mux.attach(view)
-                assert isinstance(router, Router)
                 self._tg.start_soon(router.restarted, slot.name)
+
+    def _routers(self) -> list[Router]:
+        """Every session's router, and the SDK path's."""
+        found: list[object] = [session.pipe.upstream for session in self.sessions.live.values() if session.pipe]
+        found.append(self.translating.channel())
+        return [router for router in found if isinstance(router, Router)]
 
     def _usable(self, name: str) -> bool:
         """A server whose child or probe is not ready is not waited for (a silent one would hold every session up)."""
@@ -142,16 +143,15 @@ class RoutedRelay(SessionRelay):
         """An HTTP server's probe is ready again: sessions that went without it take it in."""
         if slot.status != "ready" or self._tg is None:
             return
-        for session in list(self.sessions.live.values()):
-            router = session.pipe.upstream if session.pipe is not None else None
-            if isinstance(router, Router) and slot.name in router.members and slot.name not in router.identity:
+        for router in self._routers():
+            if slot.name in router.members and slot.name not in router.identity:
                 self._tg.start_soon(router.restarted, slot.name)
 
-    async def _translation(self, tg: anyio.abc.TaskGroup) -> Sessionless:
-        """The SDK path on the same children, with sessions of its own at the HTTP servers."""
-        from mcp_loop_guard.proxy.downstream.http.muxed_sdk import routed_translation  # noqa: PLC0415 - loaded
-
-        return await routed_translation(self.plan, self._child, self.agents, self.metrics, self.security, tg)
+    def _behind(self) -> Behind:
+        """The SDK path reaches the servers through a router of its own, over the same children."""
+        catalog = Catalog(self.owners, on_listed=self.metrics.learn, on_dropped=self.metrics.dropped)
+        reach = opener(self.specs, self.limits, member=self._member, catalog=catalog, usable=self._usable)
+        return Behind("servers", reach, self.limits)
 
     async def reconfigure(self, servers: Sequence[ServerSpec]) -> str | None:
         """A config reload: servers added, removed or changed for every open session; one server needs a restart."""
@@ -172,8 +172,7 @@ class RoutedRelay(SessionRelay):
         for session in list(self.sessions.live.values()):
             if session.pipe is not None:
                 await session.pipe.reconfigure(servers)
-        translation = self.translating.loaded if isinstance(self.translating, Translating) else None
-        return None if translation is None else await translation.factory.reconfigure(servers)
+        return await self.translating.reconfigure(servers)
 
     # --- sessions ----------------------------------------------------------------------------
 

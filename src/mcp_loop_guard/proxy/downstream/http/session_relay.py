@@ -15,7 +15,6 @@ from __future__ import annotations
 import logging
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
-from typing import Protocol
 
 import anyio
 import anyio.abc
@@ -41,26 +40,15 @@ from mcp_loop_guard.proxy.downstream.http.muxed_sse import SseSessions
 from mcp_loop_guard.proxy.downstream.http.muxed_stateless import StatelessRequests, posted
 from mcp_loop_guard.proxy.downstream.http.relayed import SESSION, VERSION
 from mcp_loop_guard.proxy.downstream.http.replies import is_modern, json_reply
+from mcp_loop_guard.proxy.downstream.http.translating import Translating
 from mcp_loop_guard.proxy.relay.judge import Judge
 from mcp_loop_guard.proxy.wire import messages as wire
 from mcp_loop_guard.proxy.wire.eras import HANDSHAKE_PROTOCOL_VERSIONS
 from mcp_loop_guard.proxy.wire.messages import Message
 
-__all__ = ["SessionRelay", "Translator"]
+__all__ = ["SessionRelay"]
 
 logger = logging.getLogger(__name__)
-
-
-class Translator(Protocol):
-    """What serves the requests that need the SDK (2026-07-28 ones): loaded up front, or when the first comes."""
-
-    async def start(self, tg: anyio.abc.TaskGroup) -> None:
-        """Run in ``tg``."""
-        ...
-
-    async def serve(self, scope: Scope, receive: Receive, send: Send, version: str | None, *, modern: bool) -> None:
-        """One request; ``modern``: a 2026-07-28 request."""
-        ...
 
 
 class SessionRelay:
@@ -77,7 +65,7 @@ class SessionRelay:
         *,
         agents: Agents,
         metrics: Metrics,
-        translating: Translator,
+        translating: Translating,
         security: HostRules,
     ) -> None:
         """``translating`` serves 2026-07-28 requests through the SDK."""

@@ -1,38 +1,41 @@
-"""Requests to ``/mcp`` without a session (``--stateless``, 2026-07-28): one shared proxy serves them all.
+"""The SDK path: requests to ``/mcp`` the message relays cannot pass on as they are, translated by the SDK.
 
-Each request is judged by its key's agent (token, key header or address), so an agent's
-loop state outlives any connection; an agent aborted for looping gets 429 for a while. A
-``--stateless`` HTTP guard whose requests the message relays cannot take (several servers,
-or one legacy SSE server, which needs a session) is served here whole (:class:`SessionlessFront`).
+2026-07-28 requests to servers of the handshake era, and ``--stateless`` requests in front of
+several servers or of one legacy SSE server. One SDK server serves them all over one channel
+(:class:`~mcp_loop_guard.proxy.relay.sdk_channel.ChannelLink`); each request is judged by its
+key's agent (token, key header or address), so an agent's loop state outlives any
+connection; an agent aborted for looping gets 429 for a while.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator, Iterator
-from contextlib import asynccontextmanager
+from collections.abc import Sequence
 
 import anyio
 import anyio.abc
 from mcp.server.connection import Connection
 from mcp.server.runner import serve_connection
 from mcp.server.streamable_http import StreamableHTTPServerTransport
+from mcp.server.subscriptions import InMemorySubscriptionBus
 from mcp.shared.jsonrpc_dispatcher import JSONRPCDispatcher
 from mcp.shared.transport_context import TransportContext
 from mcp_types import DEFAULT_NEGOTIATED_VERSION
 from starlette.types import Receive, Scope, Send
 
+from mcp_loop_guard.config import ServerSpec
 from mcp_loop_guard.core.model import Verdict
+from mcp_loop_guard.metrics import Metrics
 from mcp_loop_guard.plan import Plan
 from mcp_loop_guard.proxy.compat import handle_modern_request
-from mcp_loop_guard.proxy.downstream.http.admin import LiveAgent
 from mcp_loop_guard.proxy.downstream.http.agents import Agents, KeyedAgent
 from mcp_loop_guard.proxy.downstream.http.middleware import HostRules, transport_security
-from mcp_loop_guard.proxy.downstream.sessions import SessionFactory
 from mcp_loop_guard.proxy.relay.context import Context
 from mcp_loop_guard.proxy.relay.judge import Judge
+from mcp_loop_guard.proxy.relay.sdk_channel import ChannelLink
+from mcp_loop_guard.proxy.relay.sdk_server import SessionDownstream
 from mcp_loop_guard.proxy.relay.session_server import GuardedProxy
-from mcp_loop_guard.proxy.wire.eras import HANDSHAKE_PROTOCOL_VERSIONS
+from mcp_loop_guard.proxy.upstream.channels import Behind
 
 logger = logging.getLogger(__name__)
 
@@ -41,24 +44,18 @@ AGENT = "mcp-loop-guard.agent"
 
 
 class Sessionless:
-    """The shared proxy of sessionless requests, and the agents it judges them by."""
+    """The SDK path of sessionless requests over one channel, and the agents it judges them by."""
 
-    def __init__(self, plan: Plan, *, factory: SessionFactory, agents: Agents, security: HostRules) -> None:
-        """The proxy is made by ``factory`` once :meth:`start` runs; agents are held by ``agents``."""
+    def __init__(self, plan: Plan, behind: Behind, *, agents: Agents, security: HostRules, metrics: Metrics) -> None:
+        """Requests reach what is ``behind``; agents are held by ``agents``."""
         self.settings = plan.settings
-        self.factory = factory
         self.agents = agents
         self.security = transport_security(security)
-        self.proxy: GuardedProxy | None = None
-        self._tg: anyio.abc.TaskGroup | None = None
+        # Requests without a session can carry no server-to-client traffic, but can listen: the
+        # servers' changes go to their ``subscriptions/listen`` streams.
+        self.downstream = SessionDownstream(plan.settings.max_pending_requests, bus=InMemorySubscriptionBus())
+        self.link = ChannelLink(behind.name, behind.reach, behind.limits, self.downstream)
 
-    async def start(self, tg: anyio.abc.TaskGroup) -> None:
-        """Open the shared proxy and expire idle agents in ``tg``, which also runs each stateless connection."""
-        self._tg = tg
-        await tg.start(self._hold_proxy)
-        tg.start_soon(self._expire_agents)
-
-    async def _hold_proxy(self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
         async def judge_of(ctx: Context) -> Judge:
             request = ctx.request
             agent = request.scope.get("state", {}).get(AGENT) if request is not None else None
@@ -69,10 +66,20 @@ class Sessionless:
         def on_abort(ctx: Context, verdict: Verdict) -> None:
             logger.warning("an agent was aborted for looping on %r; its requests get 429 for a while", verdict.tool)
 
-        async with self.factory.open(judge_of, on_abort, stopping=self.agents.stopping, shared_only=True) as proxy:
-            self.proxy = proxy
-            task_status.started()
-            await anyio.sleep_forever()
+        self.proxy = GuardedProxy(
+            self.link, self.downstream, judge_of, on_abort, stopping=agents.stopping, on_listed=metrics.learn
+        )
+        self._tg: anyio.abc.TaskGroup | None = None
+
+    async def start(self, tg: anyio.abc.TaskGroup) -> None:
+        """Run the channel and expire idle agents in ``tg``, which also runs each stateless connection."""
+        self._tg = tg
+        await tg.start(self.link.run)
+        tg.start_soon(self._expire_agents)
+
+    async def reconfigure(self, servers: Sequence[ServerSpec]) -> str | None:
+        """A config reload: the channel takes the servers (a router adds and drops members)."""
+        return await self.link.channel.reconfigure(servers)
 
     async def _expire_agents(self) -> None:
         idle = self.settings.session_idle_seconds
@@ -97,7 +104,6 @@ class Sessionless:
         agent.in_flight += 1
         try:
             proxy = self.proxy
-            assert proxy is not None
             if modern:
                 await handle_modern_request(proxy.server, self.security, False, {}, scope, receive, send)
             else:
@@ -131,34 +137,3 @@ class Sessionless:
         finally:
             with anyio.CancelScope(shield=True):
                 await transport.terminate()
-
-
-class SessionlessFront:
-    """``/mcp`` of a ``--stateless`` HTTP guard served by the SDK path: every request on its own."""
-
-    def __init__(self, sessionless: Sessionless) -> None:
-        """Requests are served by ``sessionless``."""
-        self.sessionless = sessionless
-        self.agents = sessionless.agents
-
-    @asynccontextmanager
-    async def running(self) -> AsyncIterator[None]:
-        """Serve until the context ends."""
-        async with anyio.create_task_group() as tg:
-            await self.sessionless.start(tg)
-            try:
-                yield
-            finally:
-                tg.cancel_scope.cancel()
-
-    def held(self) -> Iterator[LiveAgent]:
-        """Every keyed agent held in memory now (for the admin API)."""
-        for agent in list(self.agents.held.values()):
-            yield LiveAgent("keyed", agent.judge.agent, agent.in_flight)
-
-    async def handle_mcp(self, scope: Scope, receive: Receive, send: Send) -> None:
-        """One request to ``/mcp``: 2026-07-28 ones translated, the rest served without a session."""
-        found = [value for key, value in scope["headers"] if key.lower() == b"mcp-protocol-version"]
-        version = found[0].decode("latin-1") if found else None
-        modern = version is not None and version not in HANDSHAKE_PROTOCOL_VERSIONS
-        await self.sessionless.serve(scope, receive, send, version, modern=modern)

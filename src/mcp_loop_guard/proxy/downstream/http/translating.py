@@ -1,11 +1,10 @@
-"""The SDK path of an HTTP relay, loaded the first time a request needs it.
+"""The SDK path of an HTTP guard, loaded the first time a request needs it.
 
-A relay in front of one HTTP server passes requests on as they came; only a request the
-server cannot take as it is (a 2026-07-28 request to a server of the handshake era, a
-sessionless one before the server said whether it opens sessions) goes through the SDK,
-which speaks each side's era. The same holds in front of one stdio server for the
-2026-07-28 requests (the SDK then reaches the shared child as one more relayed session).
-Most guards never see one, so the SDK (more than a second of start-up and about 30 MB) is
+A relay passes requests on as they came; only a request the server behind it cannot take as
+it is (a 2026-07-28 request to a server of the handshake era, a ``--stateless`` request in
+front of several servers or of a legacy SSE server) goes through the SDK, which speaks each
+side's era over the same kind of channel the relay's sessions use (``Behind``). Most guards
+never see one, so the SDK (more than a second of start-up and about 30 MB) is
 imported in a worker thread when the first one comes, and the event loop goes on serving
 meanwhile.
 """
@@ -14,31 +13,34 @@ from __future__ import annotations
 
 import importlib
 import logging
-from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Final
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from functools import partial
+from typing import TYPE_CHECKING, Protocol
 
 import anyio
 import anyio.abc
 import anyio.to_thread
 from starlette.types import Receive, Scope, Send
 
+from mcp_loop_guard.config import ServerSpec
 from mcp_loop_guard.metrics import Metrics
-from mcp_loop_guard.plan import Plan
+from mcp_loop_guard.plan import Limits, Plan
+from mcp_loop_guard.proxy.downstream.http.admin import LiveAgent
 from mcp_loop_guard.proxy.downstream.http.agents import Agents
 from mcp_loop_guard.proxy.downstream.http.middleware import HostRules
-from mcp_loop_guard.proxy.upstream.backoff import START_TIMEOUT
+from mcp_loop_guard.proxy.upstream.channel import Channel
+from mcp_loop_guard.proxy.upstream.channels import Behind, channel
+from mcp_loop_guard.proxy.wire.eras import HANDSHAKE_PROTOCOL_VERSIONS
 
 if TYPE_CHECKING:
     from mcp_loop_guard.proxy.downstream.http.sessionless import Sessionless
 
-__all__ = ["SHARED_CHILDREN", "Build", "Translating", "over_shared_children"]
+__all__ = ["SessionlessFront", "Translating"]
 
 logger = logging.getLogger(__name__)
 
 SESSIONLESS = "mcp_loop_guard.proxy.downstream.http.sessionless"
-
-Build = Callable[["anyio.abc.TaskGroup"], Awaitable["Sessionless"]]
-"""Makes the SDK path (run in the task group given), once its module is imported."""
 
 
 class Translating:
@@ -51,15 +53,13 @@ class Translating:
         agents: Agents,
         metrics: Metrics,
         security: HostRules,
-        build: Build | None = None,
-        module: str = SESSIONLESS,
+        behind: Callable[[], Behind] | None = None,
     ) -> None:
-        """Nothing is loaded until :meth:`serve` is first called: then ``module``, and ``build`` makes the path.
+        """Nothing is loaded until :meth:`serve` is first called; ``behind()`` says what it reaches then.
 
-        Without ``build``, each configured server gets connections of the SDK path's own.
+        By default, the one configured server over a channel of the SDK path's own.
         """
-        self.build = build or self._own_connections
-        self.module = module
+        self.behind = behind or partial(_own_channel, plan)
         self.plan = plan
         self.agents = agents
         self.metrics = metrics
@@ -77,43 +77,79 @@ class Translating:
         sessionless = self.loaded or await self._load()
         await sessionless.serve(scope, receive, send, version, modern=modern)
 
+    def channel(self) -> Channel | None:
+        """The SDK path's channel, once it is loaded."""
+        return None if self.loaded is None else self.loaded.link.channel
+
+    async def restarted(self) -> None:
+        """The server behind was replaced: the SDK path's clients hear of it if its tools changed."""
+        if self.loaded is not None:
+            await self.loaded.link.restarted()
+
+    async def reconfigure(self, servers: Sequence[ServerSpec]) -> str | None:
+        """A config reload, for the SDK path's channel once it is loaded."""
+        return None if self.loaded is None else await self.loaded.reconfigure(servers)
+
     async def _load(self) -> Sessionless:
         async with self._lock:
             if self.loaded is not None:
                 return self.loaded
             assert self._tg is not None, "start() runs before the first request"
             logger.info("a request needs the SDK to be translated; loading it")
-            await anyio.to_thread.run_sync(importlib.import_module, self.module)
-            sessionless = await self.build(self._tg)
+            module = await anyio.to_thread.run_sync(importlib.import_module, SESSIONLESS)
+            sessionless: Sessionless = module.Sessionless(
+                self.plan, self.behind(), agents=self.agents, security=self.security, metrics=self.metrics
+            )
             await sessionless.start(self._tg)
             self.loaded = sessionless
             return sessionless
 
-    async def _own_connections(self, tg: anyio.abc.TaskGroup) -> Sessionless:
-        """The SDK path with connections of its own to each server (HTTP servers: the same server, other sessions)."""
-        from mcp_loop_guard.proxy.downstream.http.sessionless import Sessionless  # noqa: PLC0415 - loaded by _load
-        from mcp_loop_guard.proxy.downstream.sessions import SessionFactory  # noqa: PLC0415
-        from mcp_loop_guard.proxy.upstream.pool import Slot  # noqa: PLC0415
 
-        plan = self.plan
-        slots = [Slot(spec, shared=False, limits=plan.limits) for spec in plan.config.servers]
-        factory = SessionFactory(
-            plan,
-            slots,
-            on_dropped=self.metrics.dropped,
-            on_listed=self.metrics.learn,
-            make_slot=lambda spec: Slot(spec, shared=False, limits=plan.limits),
-        )
-        await factory.start(tg, settle=START_TIMEOUT)
-        return Sessionless(plan, factory=factory, agents=self.agents, security=self.security)
+def _own_channel(plan: Plan) -> Behind:
+    """The one configured server, over a channel of the SDK path's own (a session of its own at an HTTP server)."""
+    spec = plan.config.servers[0]
+    limits = Limits.of(plan.settings, spec.call_timeout)
+    return Behind(spec.name, partial(channel, spec, limits=limits), limits)
 
 
-SHARED_CHILDREN: Final = "mcp_loop_guard.proxy.downstream.http.muxed_sdk"
-"""The SDK path over the guard's shared children (and routers), loaded only by a 2026-07-28 request."""
+class Relay(Protocol):
+    """The relay whose SDK path serves a :class:`SessionlessFront`."""
+
+    agents: Agents
+    translating: Translating
+
+    def running(self) -> AbstractAsyncContextManager[None]:
+        """Serve until the context ends."""
+        ...
 
 
-def over_shared_children(
-    plan: Plan, build: Build, *, agents: Agents, metrics: Metrics, security: HostRules
-) -> Translating:
-    """The era translation of a relay whose upstreams are its own shared children: ``build`` makes it."""
-    return Translating(plan, agents=agents, metrics=metrics, security=security, build=build, module=SHARED_CHILDREN)
+class SessionlessFront:
+    """``/mcp`` of a ``--stateless`` HTTP guard whose every request goes through the SDK path.
+
+    In front of several servers, or of one legacy SSE server: the relay (a router, or a
+    channel, per session) is kept for what it supervises and for its SDK path, over the same
+    children and probes.
+    """
+
+    def __init__(self, relay: Relay) -> None:
+        """Requests are served by ``relay``'s SDK path."""
+        self.relay = relay
+        self.agents = relay.agents
+
+    @asynccontextmanager
+    async def running(self) -> AsyncIterator[None]:
+        """Serve until the context ends."""
+        async with self.relay.running():
+            yield
+
+    def held(self) -> Iterator[LiveAgent]:
+        """Every keyed agent held in memory now (for the admin API)."""
+        for agent in list(self.agents.held.values()):
+            yield LiveAgent("keyed", agent.judge.agent, agent.in_flight)
+
+    async def handle_mcp(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """One request to ``/mcp``: 2026-07-28 ones translated, the rest served without a session."""
+        found = [value for key, value in scope["headers"] if key.lower() == b"mcp-protocol-version"]
+        version = found[0].decode("latin-1") if found else None
+        modern = version is not None and version not in HANDSHAKE_PROTOCOL_VERSIONS
+        await self.relay.translating.serve(scope, receive, send, version, modern=modern)
