@@ -23,9 +23,13 @@ from tests.http_harness import (
     SESSION_HEADER,
     Rig,
     everything_stdio_entry,
+    http_get,
     http_post,
+    open_http_session,
     open_sse_session,
     payload_for,
+    poll,
+    sdk_modules,
     time_entry,
 )
 from tests.reliability.wire import result_texts
@@ -147,3 +151,33 @@ async def test_a_2026_client_listens_to_the_changes_of_the_servers_behind_the_sd
         rig.report()
     assert event == ToolsListChanged()
     assert f"{prefix}fresh" in names
+
+
+async def test_a_stateless_guard_of_several_servers_loads_the_sdk_at_its_first_request(tmp_path: Path) -> None:
+    """--stateless in front of several servers starts and supervises them without the SDK; the first request
+    loads it, and is answered under the names a routed session gives the tools, the children shared."""
+    rig = Rig(tmp_path, uuid.uuid4().hex)
+    listen = fixture_command("listen_server")
+    # The guard's imports are listed on its stderr; the children's (Python too) must not be.
+    entry = {"command": "env", "args": ["-u", "PYTHONPROFILEIMPORTTIME", *listen]}
+    config = rig.config({"one": entry, "two": entry})
+    try:
+        async with rig.guard(["--config", str(config), "--stateless"], env={"PYTHONPROFILEIMPORTTIME": "1"}) as guard:
+
+            async def ready() -> int:
+                return (await http_get(guard.url("/readyz"))).status_code
+
+            with anyio.fail_after(30):
+                await poll(ready, lambda status: status == 200, 0.1)
+            before = sdk_modules(guard)
+            async with open_http_session(guard.mcp_url) as client:
+                with anyio.fail_after(30):
+                    names = {tool.name for tool in (await client.session.list_tools()).tools}
+                    answered = [await client.session.call_tool(f"{name}__asked", {}) for name in ("one", "two")]
+            after = sdk_modules(guard)
+    finally:
+        rig.report()
+    assert before == set(), sorted(before)[:10]
+    assert {"one__register_tool", "one__asked", "two__register_tool", "two__asked"} <= names
+    assert [texts(result) for result in answered] == [["0"], ["0"]]
+    assert "mcp.server" in after
