@@ -11,9 +11,21 @@ from pathlib import Path
 
 import anyio
 import pytest
+from mcp import Client
+from mcp.client.streamable_http import streamable_http_client
 
 from tests.harness import Connector, CountingUpstream, tapped, wiretap_command
-from tests.http_harness import KEY_HEADER, Rig, ServerProcess, open_http_session, payload_for, raw_call, serve_guard
+from tests.http_harness import (
+    KEY_HEADER,
+    MODERN_VERSION,
+    Rig,
+    ServerProcess,
+    mcp_http_client,
+    open_http_session,
+    payload_for,
+    raw_call,
+    serve_guard,
+)
 from tests.otlp_receiver import ReceivedSpan, Receiver, otlp_receiver
 
 pytestmark = pytest.mark.anyio
@@ -139,27 +151,54 @@ async def test_the_http_relay_continues_a_trace_from_the_request_headers(
     assert forwarded["params"]["_meta"]["traceparent"] == f"00-{TRACE_ID}-{spans[0].span_id}-01"
 
 
-async def test_the_sdk_path_continues_a_trace_from_the_request_headers(
-    rig: Rig, counting: CountingUpstream, receiver: Receiver
+async def test_a_stateless_guard_of_several_servers_continues_a_trace_from_the_request_headers(
+    rig: Rig, counting: CountingUpstream, receiver: Receiver, tmp_path: Path
 ) -> None:
-    """Over HTTP through the SDK (two upstreams) the header is the parent; the SDK's client span nests under ours."""
+    """--stateless over HTTP in front of two servers (each request over a share of one router): the header is the
+    parent, and the server the call is routed to gets the guard's span as the parent of its own work."""
+    tap = tmp_path / "tap.jsonl"
     env = {**counting.env, **otel_env(receiver), "LOOP_GUARD_STATE": "memory"}
-    entry = {"command": counting.command[0], "args": counting.command[1:]}
-    config = rig.config({"counting": entry, "other": entry})
+    tapped_command = wiretap_command(tap, counting.command)
+    config = rig.config(
+        {
+            "counting": {"command": tapped_command[0], "args": tapped_command[1:]},
+            "other": {"command": counting.command[0], "args": counting.command[1:]},
+        }
+    )
     argv = ["--stateless", "--config", str(config)]
     async with serve_guard(argv, marker=rig.marker, stderr=rig.log("guard"), env=env) as guard:
         spans = await _traced_call(guard, "counting__echo", receiver)
+    assert (spans[0].trace_id, spans[0].parent_span_id) == (TRACE_ID, CLIENT_SPAN)
+    (forwarded,) = tapped(tap, "server", "tools/call")
+    assert forwarded["params"]["_meta"]["traceparent"] == f"00-{TRACE_ID}-{spans[0].span_id}-01"
+
+
+async def test_the_sdk_path_continues_a_trace_from_the_request_headers(
+    rig: Rig, counting: CountingUpstream, receiver: Receiver
+) -> None:
+    """A 2026-07-28 client of a handshake-era server (translated by the SDK): the header is the parent, and the
+    SDK's client span of the call upstream nests under the guard's."""
+    env = {**counting.env, **otel_env(receiver), "LOOP_GUARD_STATE": "memory"}
+    headers = {KEY_HEADER: "traced", "traceparent": TRACEPARENT}
+    async with (
+        serve_guard(["--", *counting.command], marker=rig.marker, stderr=rig.log("guard"), env=env) as guard,
+        mcp_http_client(headers) as http,
+        Client(streamable_http_client(guard.mcp_url, http_client=http), mode=MODERN_VERSION) as client,
+    ):
+        with anyio.fail_after(30):
+            result = await client.call_tool("echo", {"text": "x"})
+        spans = await spans_of(receiver, 1)
         with anyio.fail_after(20):
             while not [s for s in receiver.received() if s.parent_span_id == spans[0].span_id]:  # noqa: ASYNC110
                 await anyio.sleep(0.05)
-    assert spans[0].trace_id == TRACE_ID
-    assert spans[0].parent_span_id == CLIENT_SPAN
+    assert not result.is_error, result
+    assert (spans[0].trace_id, spans[0].parent_span_id) == (TRACE_ID, CLIENT_SPAN)
     (upstream_call,) = [span for span in receiver.received() if span.parent_span_id == spans[0].span_id]
     assert upstream_call.trace_id == TRACE_ID
     assert upstream_call.attributes["mcp.method.name"] == "tools/call"
 
 
-@pytest.mark.parametrize("servers", [1, 2], ids=["the relay in front of one server", "the SDK path"])
+@pytest.mark.parametrize("servers", [1, 2], ids=["the relay in front of one server", "a router of two"])
 async def test_a_session_id_reaches_no_span_as_it_is(
     rig: Rig, counting: CountingUpstream, receiver: Receiver, servers: int
 ) -> None:

@@ -4,8 +4,9 @@ Both guards and the upstream they relay to run in the test's event loop, on free
 ports: the upstream is an SDK server whose ``hold`` tool answers once the test lets it, the
 guards are the guard's own HTTP serving (its relays, its store, its stopping), the clients
 the SDK's streamable HTTP client. One front for each relay that answers calls at a stop:
-request by request to one HTTP server, a session relay through a router, and the SDK path
-(``--stateless`` in front of several servers).
+request by request to one HTTP server, a session relay through a router, and requests
+without a session (``--stateless`` in front of several servers), each relayed on its own over
+a share of one router.
 """
 
 from __future__ import annotations
@@ -35,7 +36,7 @@ pytestmark = pytest.mark.anyio
 FRONTS = {
     "relayed": (1, False, "hold"),
     "routed": (2, False, "one__hold"),
-    "sdk": (2, True, "one__hold"),
+    "stateless": (2, True, "one__hold"),
 }
 """Front -> (servers behind the guard, ``--stateless``, the name the client calls ``hold`` by)."""
 LIMIT = 30

@@ -40,18 +40,18 @@ def _row(transport: str, stateless: bool, *servers: ServerSpec) -> str:
         ("sse", False, (STDIO,), "6"),
         ("http", False, (SSE,), "7"),
         ("sse", False, (SSE,), "7"),
-        ("http", True, (SSE,), "8s"),
+        ("http", True, (SSE,), "7"),
         ("http", False, (STDIO, HTTP), "8"),
         ("sse", False, (HTTP, HTTP_2), "8"),
         ("sse", True, (STDIO, SSE), "8"),
-        ("http", True, (STDIO, HTTP), "8s"),
-        ("http", True, (HTTP, HTTP_2), "8s"),
+        ("http", True, (STDIO, HTTP), "8"),
+        ("http", True, (HTTP, HTTP_2), "8"),
     ],
 )
 def test_each_plan_is_served_by_its_row(
     transport: str, stateless: bool, servers: tuple[ServerSpec, ...], row: str
 ) -> None:
-    """One HTTP server relayed, one stdio server shared, sessions of several routed, the rest through the SDK."""
+    """One HTTP server relayed, one stdio server shared, one remote server channeled, several routed."""
     assert _row(transport, stateless, *servers) == row
 
 

@@ -50,11 +50,13 @@ class Pipe:
         server: str,
         limits: Limits,
         on_abort: Callable[[], None],
+        router: Router | None = None,
     ) -> None:
         """``opener`` makes the upstream, which tells this relay what it hears; ``send`` writes a line to the client.
 
         ``server``: the server's name (a router names each call's own); ``on_abort`` ends the
-        session once an aborting refusal is out.
+        session once an aborting refusal is out; ``router``: the router behind the upstream
+        when the upstream is a share of one (else the upstream itself, when it is one).
         """
         self.send = send
         self.judge = judge
@@ -62,7 +64,7 @@ class Pipe:
         self.limits = limits
         self.on_abort = on_abort
         self.upstream: Channel = opener(self)
-        self.router = _router(self.upstream)
+        self.router = router or _router(self.upstream)
         self.tools = ToolList(self.upstream, limits)
         self.flights = Flights(self.upstream, limits, send, judge)
         self.tasks = HeldTasks(judge)

@@ -30,13 +30,11 @@ import anyio.abc
 
 from mcp_loop_guard.core import replies
 from mcp_loop_guard.proxy.upstream.channel import OwnRequests, UpstreamDownError
-from mcp_loop_guard.proxy.upstream.child import ChildProcess
 from mcp_loop_guard.proxy.wire import messages as wire
-from mcp_loop_guard.proxy.wire.feed import feed_lines
-from mcp_loop_guard.proxy.wire.lines import LineReader, Oversized
+from mcp_loop_guard.proxy.wire.lines import Oversized
 from mcp_loop_guard.proxy.wire.messages import BadLine, Message, RequestId
 
-__all__ = ["HandshakeRefusedError", "Item", "Mux", "Share"]
+__all__ = ["Carrier", "HandshakeRefusedError", "Item", "Mux", "Share"]
 
 logger = logging.getLogger(__name__)
 
@@ -46,6 +44,24 @@ UPDATED = "notifications/resources/updated"
 
 class HandshakeRefusedError(Exception):
     """The child answered the guard's ``initialize`` with an error: what it said."""
+
+
+class Carrier(Protocol):
+    """What a mux's messages travel on: a child's stdio, or a channel (:mod:`.shared_channel`)."""
+
+    @property
+    def label(self) -> str:
+        """How messages name the upstream."""
+        ...
+
+    async def write(self, line: bytes) -> None:
+        """One line to the upstream.
+
+        Raises:
+            OSError: the upstream stopped reading.
+            UpstreamDownError: the upstream cannot take messages now.
+        """
+        ...
 
 
 class Share(Protocol):
@@ -67,11 +83,15 @@ class Share(Protocol):
         """The child died under the session."""
         ...
 
+    async def failed(self, ident: RequestId, reason: str) -> None:
+        """The upstream will not answer one of the session's requests (``ident``: the client's id)."""
+        ...
+
 
 class Mux:
     """The child's stdio, shared by any number of relayed views; the guard opens it with :meth:`handshake`."""
 
-    def __init__(self, child: ChildProcess, *, max_bytes: int) -> None:
+    def __init__(self, child: Carrier, *, max_bytes: int) -> None:
         """Nothing relayed until views attach."""
         self.child = child
         self.max_bytes = max_bytes
@@ -94,19 +114,14 @@ class Mux:
 
     # --- the child's output ------------------------------------------------------------------
 
-    async def read(self) -> None:
-        """Route the child's output until it ends."""
-        try:
-            await feed_lines(self.child.from_child, LineReader(self.max_bytes), self._take)
-        except OSError as error:
-            logger.debug("reading upstream stdout failed: %s", error)
-
-    async def _take(self, line: bytes | Oversized) -> None:
+    async def take(self, line: bytes | Oversized) -> None:
+        """One line the child wrote."""
         item = line if isinstance(line, Oversized) else wire.parse(line)
         if item is not None:
-            await self._route(item)
+            await self.route(item)
 
-    async def _route(self, item: Item) -> None:
+    async def route(self, item: Item) -> None:
+        """One message from the upstream, to whoever it is for."""
         if isinstance(item, Oversized):
             await self._answer(item.request_id, item)
         elif isinstance(item, BadLine):
@@ -193,6 +208,16 @@ class Mux:
         except OSError as error:
             stopped = replies.upstream(f"`{self.child.label}`", replies.stopped_reading(error.strerror or error))
             raise UpstreamDownError(stopped) from None
+
+    async def failed(self, ours: RequestId, reason: str) -> None:
+        """The carrier will not answer a request sent under our id: the view it belongs to is told."""
+        route = self._routes.pop(ours, None) if isinstance(ours, str) else None
+        if route is not None:
+            view, client_id = route
+            view.open.pop(client_id, None)
+            await view.failed(client_id, reason)
+        elif ours in self._own:
+            self._own.give_up(ours)
 
     def new_id(self) -> str:
         """An id of our own, unique on this child."""

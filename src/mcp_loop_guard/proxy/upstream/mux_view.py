@@ -113,6 +113,11 @@ class MuxView:
         self.tokens.clear()
         await self.receiver.upstream_lost(reason)
 
+    async def failed(self, ident: RequestId, reason: str) -> None:
+        """The upstream will not answer one of this session's requests."""
+        self.tokens.pop(ident, None)
+        await self.receiver.upstream_failed(ident, reason)
+
     async def send_message(self, message: Message) -> None:
         """A client message for the child.
 

@@ -23,6 +23,8 @@ from mcp_loop_guard.proxy.upstream.child import ChildProcess, UpstreamStartError
 from mcp_loop_guard.proxy.upstream.health import Supervised
 from mcp_loop_guard.proxy.upstream.mux import HandshakeRefusedError, Mux
 from mcp_loop_guard.proxy.wire.eras import HANDSHAKE_PROTOCOL_VERSIONS
+from mcp_loop_guard.proxy.wire.feed import feed_lines
+from mcp_loop_guard.proxy.wire.lines import LineReader
 
 __all__ = ["HANDSHAKE", "HANDSHAKE_TIMEOUT", "SharedChild"]
 
@@ -80,7 +82,7 @@ class SharedChild(Supervised):
             async with anyio.create_task_group() as tg:
                 tg.start_soon(child.watch)
                 tg.start_soon(child.relay_stderr)
-                tg.start_soon(_read, mux)
+                tg.start_soon(_read, mux, child)
                 await self._open(mux)
                 self.mux = mux
                 self._set("ready", "connected", "connected", tools_changed=await self._tools_changed(mux))
@@ -122,9 +124,12 @@ class SharedChild(Supervised):
         return previous is not None and previous != digest
 
 
-async def _read(mux: Mux) -> None:
+async def _read(mux: Mux, child: ChildProcess) -> None:
     """Route the child's output until it ends; then every session on it is told why."""
-    await mux.read()
+    try:
+        await feed_lines(child.from_child, LineReader(mux.max_bytes), mux.take)
+    except OSError as error:
+        logger.debug("reading upstream stdout failed: %s", error)
     with anyio.move_on_after(1.0):  # the exit status arrives a moment after stdout closes
-        await mux.child.exited.wait()
-    await mux.close(f"upstream `{mux.child.label}` {mux.child.describe_exit()}")
+        await child.exited.wait()
+    await mux.close(f"upstream `{child.label}` {child.describe_exit()}")

@@ -23,11 +23,13 @@ from mcp_loop_guard.proxy.downstream.agents import agent_loop, judge_for
 from mcp_loop_guard.proxy.downstream.http.agents import Agents
 from mcp_loop_guard.proxy.downstream.http.middleware import HostRules
 from mcp_loop_guard.proxy.downstream.http.muxed_sessions import MuxedSession
+from mcp_loop_guard.proxy.downstream.http.muxed_stateless import StatelessRequests
 from mcp_loop_guard.proxy.downstream.http.session_relay import SessionRelay
 from mcp_loop_guard.proxy.downstream.http.translating import Translating
 from mcp_loop_guard.proxy.relay.judge import Judge
 from mcp_loop_guard.proxy.relay.pipe import Pipe
 from mcp_loop_guard.proxy.upstream.channels import opener
+from mcp_loop_guard.proxy.upstream.shared_channel import SharedChannel
 
 __all__ = ["ChanneledRelay"]
 
@@ -48,6 +50,9 @@ class ChanneledRelay(SessionRelay):
         """``translating`` serves 2026-07-28 requests through the SDK."""
         super().__init__(plan, agents=agents, metrics=metrics, translating=translating, security=security)
         self.spec = spec
+        if plan.settings.stateless and plan.settings.transport == "http":
+            self.stateless = StatelessRequests(self)
+            self.shared = SharedChannel(opener([spec], self.limits), self.limits)
 
     @property
     def server(self) -> ServerSpec:
@@ -60,11 +65,12 @@ class ChanneledRelay(SessionRelay):
         if not isinstance(spec, HttpServer) or not self.spec.same_endpoint(spec):
             return "this guard relays one HTTP server directly; serving other servers needs a restart"
         self.spec = spec
-        return None
+        return None if self.shared is None else await self.shared.channel.reconfigure(servers)
 
     def new_session(self, token: str, *, kind: str = "session", judge: Judge | None = None) -> MuxedSession:
         """A session opened with ``token``, and its own session at the server, opened now and ended with it."""
-        assert judge is None, "sessionless requests are not relayed here"
+        if judge is not None:
+            return self.request_session(token, kind, judge)
         assert self._tg is not None, "the relay is not running"
         session = self.sessions.new(token, None, kind=kind)
         key = self.sessions.key(session)

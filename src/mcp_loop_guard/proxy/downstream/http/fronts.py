@@ -1,9 +1,9 @@
 """Which front of the HTTP guard serves a plan (:data:`TOPOLOGIES`, the first that serves it), and how each is made.
 
 The relays need no SDK to start: one HTTP server, one stdio server, one remote server with a
-session per client's, several servers through a router per session. The SDK path serves
-``--stateless`` requests the relays cannot take (several servers, a legacy SSE server). The
-rows are those of ARCHITECTURE.md's path table.
+session per client's, several servers through a router per session; each relays
+``--stateless`` requests too. The SDK path, loaded by the first request that needs it, only
+translates between protocol eras. The rows are those of ARCHITECTURE.md's path table.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from mcp_loop_guard.proxy.downstream.http.agents import Agents
 from mcp_loop_guard.proxy.downstream.http.middleware import security_settings
 from mcp_loop_guard.proxy.downstream.http.probe import HttpProbe, SseProbe
 from mcp_loop_guard.proxy.downstream.http.relayed import HttpRelay
-from mcp_loop_guard.proxy.downstream.http.translating import SessionlessFront, Translating
+from mcp_loop_guard.proxy.downstream.http.translating import Translating
 from mcp_loop_guard.proxy.upstream.child import ChildProcess
 from mcp_loop_guard.proxy.upstream.exchange import HttpExchange
 from mcp_loop_guard.proxy.upstream.health import Supervised
@@ -45,7 +45,6 @@ __all__ = [
     "relayed_upstream",
     "routed_front",
     "routed_upstreams",
-    "sdk_front",
     "topology",
 ]
 
@@ -68,14 +67,12 @@ def channeled_upstream(plan: Plan) -> HttpServer | None:
     """The one remote server an HTTP guard relays for each session over an upstream session of its own.
 
     A legacy SSE server, or a streamable HTTP one in front of legacy SSE clients (whose
-    connections are sessions, ``--stateless`` or not); not for ``--stateless`` streamable HTTP,
-    whose requests open no session (the SDK path serves those).
+    connections are sessions, ``--stateless`` or not). ``--stateless`` requests to a legacy SSE
+    server, which open no session, are each relayed over a share of one session of the guard's.
     """
     servers = plan.config.servers
     settings = plan.settings
     if settings.transport not in ("http", "sse") or len(servers) != 1:
-        return None
-    if settings.stateless and settings.transport == "http":
         return None
     spec = servers[0]
     if not isinstance(spec, HttpServer) or (spec.transport != "sse" and settings.transport != "sse"):
@@ -97,14 +94,12 @@ def muxed_upstream(plan: Plan) -> StdioServer | None:
 
 
 def routed_upstreams(plan: Plan) -> bool:
-    """Several servers behind an HTTP guard whose sessions are its own: each session relayed through a router.
+    """Several servers behind an HTTP guard: each session relayed through a router of its own.
 
-    Not for ``--stateless`` streamable HTTP, whose requests open no session (the SDK path
-    serves those); legacy SSE connections are sessions either way.
+    ``--stateless`` requests, which open no session, are each relayed over a share of one
+    router the guard keeps for them; legacy SSE connections are sessions either way.
     """
-    settings = plan.settings
-    stateful = settings.transport == "sse" or (settings.transport == "http" and not settings.stateless)
-    return stateful and len(plan.config.servers) > 1
+    return plan.settings.transport in ("http", "sse") and len(plan.config.servers) > 1
 
 
 @dataclass(frozen=True, slots=True)
@@ -122,7 +117,7 @@ class Start:
 class Served:
     """What serves ``/mcp``, the upstreams ``/readyz`` reports, and how a config reload applies."""
 
-    sessions: SessionlessFront | HttpRelay | SessionRelay
+    sessions: HttpRelay | SessionRelay
     slots: Sequence[Supervised]
     reconfigure: Callable[[Sequence[ServerSpec]], Awaitable[str | None]]
 
@@ -150,11 +145,7 @@ async def muxed_front(plan: Plan, at: Start) -> Served:
 
 async def channeled_front(plan: Plan, at: Start) -> Served:
     """One remote server, a session of its own for each client's: no SDK until a request needs translating."""
-    return await _channeled(plan, at, _one(channeled_upstream(plan)))
-
-
-async def _channeled(plan: Plan, at: Start, spec: HttpServer) -> Served:
-    agents, metrics, tg = at.agents, at.metrics, at.tg
+    spec, agents, metrics, tg = _one(channeled_upstream(plan)), at.agents, at.metrics, at.tg
     from mcp_loop_guard.proxy.downstream.http.channeled import ChanneledRelay  # noqa: PLC0415 - only this front needs it
 
     security = security_settings(plan.settings)
@@ -202,24 +193,6 @@ async def routed_front(plan: Plan, at: Start) -> Served:
     return Served(sessions, sessions.slots, sessions.reconfigure)
 
 
-async def sdk_front(plan: Plan, at: Start) -> Served:
-    """``--stateless`` in front of several servers or one legacy SSE server: every request through the SDK path.
-
-    The relay of the same servers with sessions (a router, or a channel, per session) keeps
-    their children and probes; its SDK path, loaded by the first request, serves them all.
-    """
-    from mcp_loop_guard.proxy.downstream.http.session_relay import SessionRelay  # noqa: PLC0415 - loaded by the fronts
-
-    if len(plan.config.servers) > 1:
-        served = await routed_front(plan, at)
-    else:
-        spec = plan.config.servers[0]
-        assert isinstance(spec, HttpServer), "one stdio server is served by the muxed relay"
-        served = await _channeled(plan, at, spec)
-    assert isinstance(served.sessions, SessionRelay)
-    return Served(SessionlessFront(served.sessions), served.slots, served.reconfigure)
-
-
 @dataclass(frozen=True, slots=True)
 class Topology:
     """One row of the path table: the plans it serves, and how its front is made."""
@@ -230,16 +203,11 @@ class Topology:
     build: Callable[[Plan, Start], Awaitable[Served]]
 
 
-def _any_http(plan: Plan) -> bool:
-    return plan.settings.transport != "stdio"
-
-
 TOPOLOGIES: tuple[Topology, ...] = (
     Topology("5: one streamable HTTP server, relayed request by request", relayed_upstream, relayed_front),
     Topology("6: one stdio server, its child shared by every session", muxed_upstream, muxed_front),
     Topology("7: one remote server, an upstream session for each client's", channeled_upstream, channeled_front),
     Topology("8: several servers, a router per session", routed_upstreams, routed_front),
-    Topology("8s: --stateless to several servers or to one legacy SSE server, through the SDK", _any_http, sdk_front),
 )
 """In order: a plan is served by the first row that serves it."""
 

@@ -59,6 +59,8 @@ class StatelessRequests:
     def __init__(self, relay: Relays) -> None:
         """Requests are relayed by ``relay``."""
         self.relay = relay
+        self.open: set[MuxedSession] = set()
+        """The requests being relayed now (a stop answers them)."""
 
     async def post(self, scope: Scope, receive: Receive, send: Send) -> None:
         """One POST: a request (answered on its response), or a notification or a response (202)."""
@@ -72,6 +74,7 @@ class StatelessRequests:
         pipe = session.pipe
         assert pipe is not None
         agent.in_flight += 1
+        self.open.add(session)
         try:
             if isinstance(parsed, Message) and parsed.is_request:
                 await self.relay.request(session, parsed, scope, receive, send)
@@ -80,6 +83,7 @@ class StatelessRequests:
                 await send({"type": "http.response.start", "status": 202, "headers": []})
                 await send({"type": "http.response.body", "body": b""})
         finally:
+            self.open.discard(session)
             agent.in_flight -= 1
             if session.view is not None:
                 session.view.leave()

@@ -29,6 +29,7 @@ from mcp_loop_guard.proxy.downstream.agents import agent_loop, judge_for
 from mcp_loop_guard.proxy.downstream.http.agents import Agents
 from mcp_loop_guard.proxy.downstream.http.middleware import HostRules
 from mcp_loop_guard.proxy.downstream.http.muxed_sessions import MuxedSession
+from mcp_loop_guard.proxy.downstream.http.muxed_stateless import StatelessRequests
 from mcp_loop_guard.proxy.downstream.http.probe import HttpProbe, SseProbe
 from mcp_loop_guard.proxy.downstream.http.session_relay import SessionRelay
 from mcp_loop_guard.proxy.downstream.http.translating import Translating
@@ -43,6 +44,7 @@ from mcp_loop_guard.proxy.upstream.mux import Mux
 from mcp_loop_guard.proxy.upstream.mux_view import MuxView
 from mcp_loop_guard.proxy.upstream.router import Router
 from mcp_loop_guard.proxy.upstream.router_lists import Catalog
+from mcp_loop_guard.proxy.upstream.shared_channel import SharedChannel
 from mcp_loop_guard.proxy.upstream.shared_child import SharedChild
 
 __all__ = ["RoutedRelay"]
@@ -73,6 +75,9 @@ class RoutedRelay(SessionRelay):
         self._tg_supervising: anyio.abc.TaskGroup | None = None
         self._opening: dict[bytes, anyio.Event] = {}
         """Sessions opened whose router is starting: set once it runs."""
+        if plan.settings.stateless and plan.settings.transport == "http":
+            self.stateless = StatelessRequests(self)
+            self.shared = SharedChannel(self._behind().reach, self.limits)
 
     @property
     def server(self) -> ServerSpec:
@@ -132,6 +137,7 @@ class RoutedRelay(SessionRelay):
         """Every session's router, and the SDK path's."""
         found: list[object] = [session.pipe.upstream for session in self.sessions.live.values() if session.pipe]
         found.append(self.translating.channel())
+        found.append(self.shared.channel if self.shared is not None else None)
         return [router for router in found if isinstance(router, Router)]
 
     def _usable(self, name: str) -> bool:
@@ -172,13 +178,16 @@ class RoutedRelay(SessionRelay):
         for session in list(self.sessions.live.values()):
             if session.pipe is not None:
                 await session.pipe.reconfigure(servers)
+        if self.shared is not None:
+            await self.shared.channel.reconfigure(servers)
         return await self.translating.reconfigure(servers)
 
     # --- sessions ----------------------------------------------------------------------------
 
     def new_session(self, token: str, *, kind: str = "session", judge: Judge | None = None) -> MuxedSession:
         """A session opened with ``token``, its router's members opened now and ended with it."""
-        assert judge is None, "sessionless requests go through the SDK path here"
+        if judge is not None:
+            return self.request_session(token, kind, judge)
         assert self._tg is not None, "the relay is not running"
         session = self.sessions.new(token, None, kind=kind)
         key = self.sessions.key(session)

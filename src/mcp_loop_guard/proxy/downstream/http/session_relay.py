@@ -15,6 +15,7 @@ from __future__ import annotations
 import logging
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
+from functools import partial
 
 import anyio
 import anyio.abc
@@ -42,6 +43,9 @@ from mcp_loop_guard.proxy.downstream.http.relayed import SESSION, VERSION
 from mcp_loop_guard.proxy.downstream.http.replies import is_modern, json_reply
 from mcp_loop_guard.proxy.downstream.http.translating import Translating
 from mcp_loop_guard.proxy.relay.judge import Judge
+from mcp_loop_guard.proxy.relay.pipe import Pipe
+from mcp_loop_guard.proxy.upstream.mux_view import MuxView
+from mcp_loop_guard.proxy.upstream.shared_channel import SharedChannel
 from mcp_loop_guard.proxy.wire import messages as wire
 from mcp_loop_guard.proxy.wire.eras import HANDSHAKE_PROTOCOL_VERSIONS
 from mcp_loop_guard.proxy.wire.messages import Message
@@ -80,6 +84,8 @@ class SessionRelay:
         self.sessions = MuxedSessions(plan, agents, metrics)
         self.stateless: StatelessRequests | None = None
         """``--stateless`` requests, for a relay that serves them."""
+        self.shared: SharedChannel | None = None
+        """The channel ``--stateless`` requests share, for a relay that reaches its servers over one."""
         self._tg: anyio.abc.TaskGroup | None = None
 
     @property
@@ -100,6 +106,8 @@ class SessionRelay:
             self._started()
             tg.start_soon(self._expire)
             tg.start_soon(self._on_stop)
+            if self.shared is not None:
+                await tg.start(self.shared.run)
             await self.translating.start(tg)
             try:
                 yield
@@ -112,6 +120,27 @@ class SessionRelay:
     def new_session(self, token: str, *, kind: str = "session", judge: Judge | None = None) -> MuxedSession:
         """A session opened with ``token``, with its relay (not kept, given a sessionless request's ``judge``)."""
         raise NotImplementedError
+
+    def request_session(self, token: str, kind: str, judge: Judge) -> MuxedSession:
+        """A ``--stateless`` request's session, not kept: its relay over a share of :attr:`shared`."""
+        shared = self.shared
+        assert shared is not None, "only a relay with a shared channel serves requests this way"
+        session = MuxedSession(b"", token, None, kind=kind)
+        aborted = partial(self._aborted, session)
+        limits = self.limits
+        pipe = Pipe(
+            shared.share,
+            session.send,
+            judge,
+            server=self.server.name,
+            limits=limits,
+            on_abort=aborted,
+            router=shared.router,
+        )
+        session.pipe = pipe
+        assert isinstance(pipe.upstream, MuxView)
+        session.view = pipe.upstream
+        return session
 
     # --- life --------------------------------------------------------------------------------
 
@@ -130,7 +159,8 @@ class SessionRelay:
         with waiting:
             await anyio.sleep_forever()
         stopping.discard(waiting)
-        for session in list(self.sessions.live.values()):
+        stateless = list(self.stateless.open) if self.stateless is not None else []
+        for session in [*self.sessions.live.values(), *stateless]:
             if session.pipe is not None:
                 await session.pipe.shut_down("the guard is shutting down")
             session.close_streams()

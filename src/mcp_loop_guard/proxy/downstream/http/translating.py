@@ -1,9 +1,9 @@
 """The SDK path of an HTTP guard, loaded the first time a request needs it.
 
 A relay passes requests on as they came; only a request the server behind it cannot take as
-it is (a 2026-07-28 request to a server of the handshake era, a ``--stateless`` request in
-front of several servers or of a legacy SSE server) goes through the SDK, which speaks each
-side's era over the same kind of channel the relay's sessions use (``Behind``). Most guards
+it is (a 2026-07-28 request to a server of the handshake era, or a ``--stateless`` request
+before the one HTTP server said whether it opens sessions) goes through the SDK, which
+speaks each side's era over the same kind of channel the relay's sessions use (``Behind``). Most guards
 never see one, so the SDK (more than a second of start-up and about 30 MB) is
 imported in a worker thread when the first one comes, and the event loop goes on serving
 meanwhile.
@@ -13,10 +13,9 @@ from __future__ import annotations
 
 import importlib
 import logging
-from collections.abc import AsyncIterator, Callable, Iterator, Sequence
-from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from collections.abc import Callable, Sequence
 from functools import partial
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING
 
 import anyio
 import anyio.abc
@@ -26,17 +25,15 @@ from starlette.types import Receive, Scope, Send
 from mcp_loop_guard.config import ServerSpec
 from mcp_loop_guard.metrics import Metrics
 from mcp_loop_guard.plan import Limits, Plan
-from mcp_loop_guard.proxy.downstream.http.admin import LiveAgent
 from mcp_loop_guard.proxy.downstream.http.agents import Agents
 from mcp_loop_guard.proxy.downstream.http.middleware import HostRules
 from mcp_loop_guard.proxy.upstream.channel import Channel
 from mcp_loop_guard.proxy.upstream.channels import Behind, channel
-from mcp_loop_guard.proxy.wire.eras import HANDSHAKE_PROTOCOL_VERSIONS
 
 if TYPE_CHECKING:
     from mcp_loop_guard.proxy.downstream.http.sessionless import Sessionless
 
-__all__ = ["SessionlessFront", "Translating"]
+__all__ = ["Translating"]
 
 logger = logging.getLogger(__name__)
 
@@ -110,46 +107,3 @@ def _own_channel(plan: Plan) -> Behind:
     spec = plan.config.servers[0]
     limits = Limits.of(plan.settings, spec.call_timeout)
     return Behind(spec.name, partial(channel, spec, limits=limits), limits)
-
-
-class Relay(Protocol):
-    """The relay whose SDK path serves a :class:`SessionlessFront`."""
-
-    agents: Agents
-    translating: Translating
-
-    def running(self) -> AbstractAsyncContextManager[None]:
-        """Serve until the context ends."""
-        ...
-
-
-class SessionlessFront:
-    """``/mcp`` of a ``--stateless`` HTTP guard whose every request goes through the SDK path.
-
-    In front of several servers, or of one legacy SSE server: the relay (a router, or a
-    channel, per session) is kept for what it supervises and for its SDK path, over the same
-    children and probes.
-    """
-
-    def __init__(self, relay: Relay) -> None:
-        """Requests are served by ``relay``'s SDK path."""
-        self.relay = relay
-        self.agents = relay.agents
-
-    @asynccontextmanager
-    async def running(self) -> AsyncIterator[None]:
-        """Serve until the context ends."""
-        async with self.relay.running():
-            yield
-
-    def held(self) -> Iterator[LiveAgent]:
-        """Every keyed agent held in memory now (for the admin API)."""
-        for agent in list(self.agents.held.values()):
-            yield LiveAgent("keyed", agent.judge.agent, agent.in_flight)
-
-    async def handle_mcp(self, scope: Scope, receive: Receive, send: Send) -> None:
-        """One request to ``/mcp``: 2026-07-28 ones translated, the rest served without a session."""
-        found = [value for key, value in scope["headers"] if key.lower() == b"mcp-protocol-version"]
-        version = found[0].decode("latin-1") if found else None
-        modern = version is not None and version not in HANDSHAKE_PROTOCOL_VERSIONS
-        await self.relay.translating.serve(scope, receive, send, version, modern=modern)
