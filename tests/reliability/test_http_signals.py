@@ -87,7 +87,8 @@ async def test_sigint_while_stopping_upstreams_exits_without_traceback(rig: Rig,
     assert left == [], describe(left)
 
 
-async def test_call_in_flight_at_sigterm_gets_an_error_on_its_stream(rig: Rig, line_log: Path) -> None:
+@pytest.mark.parametrize("stateless", [False, True], ids=["a session's", "a --stateless request's"])
+async def test_call_in_flight_at_sigterm_gets_an_error_on_its_stream(rig: Rig, line_log: Path, stateless: bool) -> None:
     """A tools/call still running at SIGTERM gets an error result or JSON-RPC error on its stream; exit status 143."""
     command = fixture_command("erroring_server")
     env = {"LINE_SERVER_LOG": str(line_log)}
@@ -108,8 +109,8 @@ async def test_call_in_flight_at_sigterm_gets_an_error_on_its_stream(rig: Rig, l
             broken.append(f"{type(exc).__name__}: {exc}")
         answered.set()
 
-    async with rig.guard(["--", *command], env=env) as guard:
-        headers = await raw_session(guard.mcp_url)
+    async with rig.guard([*(["--stateless"] if stateless else []), "--", *command], env=env) as guard:
+        headers = {"Mcp-Protocol-Version": "2025-11-25"} if stateless else await raw_session(guard.mcp_url)
         async with http_client(timeout=httpx2.Timeout(10, read=90)) as client, anyio.create_task_group() as tg:
             tg.start_soon(call, client, headers)
             with anyio.fail_after(10):
