@@ -1,26 +1,37 @@
-"""``--stateless`` requests to the HTTP guard in front of one stdio server: each one relayed on its own.
+"""``--stateless`` requests to the HTTP guard: each one relayed on its own, over a share of what they all share.
 
-A request opens no session: it is relayed through a share of the child made for it alone
-(so two requests with the same id never meet), judged by the agent its key names, and its
-answer and what belongs to it come back on its own response. An aborted agent's next
+A request opens no session: it is relayed through a share made for it alone (so two
+requests with the same id never meet) of the one child, or of the one channel the guard
+keeps for such requests (a session at the server, or a router of several:
+:mod:`~mcp_loop_guard.proxy.upstream.shared_channel`), judged by the agent its key names, and
+its answer and what belongs to it come back on its own response. An aborted agent's next
 requests get 429 until its request window closes, as for every sessionless request.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Protocol
 
 from starlette.types import Receive, Scope, Send
 
 from mcp_loop_guard.core import replies
+from mcp_loop_guard.plan import Limits
 from mcp_loop_guard.proxy.downstream.http.agents import Agents
-from mcp_loop_guard.proxy.downstream.http.middleware import header, reply, token_of
+from mcp_loop_guard.proxy.downstream.http.event_log import primes, serve_log, single_answer
+from mcp_loop_guard.proxy.downstream.http.middleware import header, reply, token_of, trace_headers
 from mcp_loop_guard.proxy.downstream.http.muxed_sessions import MuxedSession
-from mcp_loop_guard.proxy.downstream.http.replies import read_posted
+from mcp_loop_guard.proxy.downstream.http.replies import json_reply, read_posted
 from mcp_loop_guard.proxy.relay.judge import Judge
+from mcp_loop_guard.proxy.relay.pipe import Pipe
+from mcp_loop_guard.proxy.upstream.mux_view import MuxView
+from mcp_loop_guard.proxy.upstream.shared_channel import SharedChannel
+from mcp_loop_guard.proxy.wire import messages as wire
 from mcp_loop_guard.proxy.wire.messages import BadLine, Message
 
-__all__ = ["StatelessRequests", "posted"]
+__all__ = ["StatelessRequests", "posted", "request_session", "stream_request"]
+
+VERSION = b"mcp-protocol-version"
 
 
 async def posted(scope: Scope, receive: Receive, send: Send) -> Message | BadLine | None:
@@ -37,19 +48,77 @@ async def posted(scope: Scope, receive: Receive, send: Send) -> Message | BadLin
     return parsed
 
 
+async def stream_request(
+    session: MuxedSession, message: Message, scope: Scope, receive: Receive, send: Send, *, ping: float
+) -> None:
+    """A client request: relayed, and what belongs to it streamed back until its answer (``ping``: keep-alive).
+
+    A session's event stream cut before the answer leaves its log parked: the answer still
+    lands there, for the client to resume with ``Last-Event-ID``.
+    """
+    ident = message.id
+    pipe = session.pipe
+    assert ident is not None
+    assert pipe is not None
+    if ident in session.streams:
+        reused = wire.error(ident, wire.INVALID_REQUEST, replies.invalid_request(replies.ID_IN_FLIGHT))
+        await json_reply(send, 200, reused)
+        return
+    log = session.opened(message)
+    session.in_flight += 1
+    resumable = bool(session.session_id)
+    finished = True
+    try:
+        await pipe.take_client(message, trace=trace_headers(scope))
+        accept = header(scope, b"accept") or b""
+        headers = [(b"mcp-session-id", session.session_id)] if resumable else []
+        if b"text/event-stream" in accept:
+            prime = resumable and primes(header(scope, VERSION))
+            finished = await serve_log(log, 0, headers, receive, send, ids=resumable, prime=prime, ping=ping)
+        else:
+            await single_answer(log, headers, send)
+    finally:
+        session.in_flight -= 1
+        if finished or not resumable:
+            session.closed(ident)
+            session.delivered(log)
+
+
+def request_session(
+    shared: SharedChannel,
+    token: str,
+    kind: str,
+    judge: Judge,
+    *,
+    server: str,
+    limits: Limits,
+    on_abort: Callable[[MuxedSession], None],
+) -> MuxedSession:
+    """A ``--stateless`` request's session, not kept: its relay over a share of ``shared``."""
+    session = MuxedSession(b"", token, None, kind=kind)
+
+    def aborted() -> None:
+        on_abort(session)
+
+    pipe = Pipe(shared.share, session.send, judge, server=server, limits=limits, on_abort=aborted, router=shared.router)
+    session.pipe = pipe
+    assert isinstance(pipe.upstream, MuxView)
+    session.view = pipe.upstream
+    return session
+
+
 class Relays(Protocol):
-    """What relays the requests (the relay in front of the shared child)."""
+    """What relays the requests: a relay of the guard's own sessions, or the relay in front of one HTTP server."""
 
     agents: Agents
 
-    def new_session(self, token: str, *, kind: str = "session", judge: Judge | None = None) -> MuxedSession:
-        """A session with its relay (not kept, given a judge)."""
+    @property
+    def ping(self) -> float:
+        """Seconds between keep-alive comments on a request's event stream."""
         ...
 
-    async def request(
-        self, session: MuxedSession, message: Message, scope: Scope, receive: Receive, send: Send
-    ) -> None:
-        """A request relayed, its answer streamed back."""
+    def new_session(self, token: str, *, kind: str = "session", judge: Judge | None = None) -> MuxedSession:
+        """A session with its relay (not kept, given a judge)."""
         ...
 
 
@@ -77,7 +146,7 @@ class StatelessRequests:
         self.open.add(session)
         try:
             if isinstance(parsed, Message) and parsed.is_request:
-                await self.relay.request(session, parsed, scope, receive, send)
+                await stream_request(session, parsed, scope, receive, send, ping=self.relay.ping)
             else:
                 await pipe.take_client(parsed)
                 await send({"type": "http.response.start", "status": 202, "headers": []})

@@ -15,7 +15,6 @@ from __future__ import annotations
 import logging
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
-from functools import partial
 
 import anyio
 import anyio.abc
@@ -27,26 +26,27 @@ from mcp_loop_guard.metrics import Metrics
 from mcp_loop_guard.plan import Limits, Plan
 from mcp_loop_guard.proxy.downstream.http.admin import LiveAgent
 from mcp_loop_guard.proxy.downstream.http.agents import Agents
-from mcp_loop_guard.proxy.downstream.http.event_log import parse_event_id, primes, serve_log, single_answer
+from mcp_loop_guard.proxy.downstream.http.event_log import parse_event_id, primes, serve_log
 from mcp_loop_guard.proxy.downstream.http.middleware import (
     HostRules,
     header,
     reply,
     sessions_busy,
     token_of,
-    trace_headers,
 )
 from mcp_loop_guard.proxy.downstream.http.muxed_sessions import MuxedSession, MuxedSessions
 from mcp_loop_guard.proxy.downstream.http.muxed_sse import SseSessions
-from mcp_loop_guard.proxy.downstream.http.muxed_stateless import StatelessRequests, posted
+from mcp_loop_guard.proxy.downstream.http.muxed_stateless import (
+    StatelessRequests,
+    posted,
+    request_session,
+    stream_request,
+)
 from mcp_loop_guard.proxy.downstream.http.relayed import SESSION, VERSION
-from mcp_loop_guard.proxy.downstream.http.replies import is_modern, json_reply
+from mcp_loop_guard.proxy.downstream.http.replies import is_modern
 from mcp_loop_guard.proxy.downstream.http.translating import Translating
 from mcp_loop_guard.proxy.relay.judge import Judge
-from mcp_loop_guard.proxy.relay.pipe import Pipe
-from mcp_loop_guard.proxy.upstream.mux_view import MuxView
 from mcp_loop_guard.proxy.upstream.shared_channel import SharedChannel
-from mcp_loop_guard.proxy.wire import messages as wire
 from mcp_loop_guard.proxy.wire.eras import HANDSHAKE_PROTOCOL_VERSIONS
 from mcp_loop_guard.proxy.wire.messages import Message
 
@@ -123,24 +123,16 @@ class SessionRelay:
 
     def request_session(self, token: str, kind: str, judge: Judge) -> MuxedSession:
         """A ``--stateless`` request's session, not kept: its relay over a share of :attr:`shared`."""
-        shared = self.shared
-        assert shared is not None, "only a relay with a shared channel serves requests this way"
-        session = MuxedSession(b"", token, None, kind=kind)
-        aborted = partial(self._aborted, session)
+        assert self.shared is not None, "only a relay with a shared channel serves requests this way"
         limits = self.limits
-        pipe = Pipe(
-            shared.share,
-            session.send,
-            judge,
-            server=self.server.name,
-            limits=limits,
-            on_abort=aborted,
-            router=shared.router,
+        return request_session(
+            self.shared, token, kind, judge, server=self.server.name, limits=limits, on_abort=self._aborted
         )
-        session.pipe = pipe
-        assert isinstance(pipe.upstream, MuxView)
-        session.view = pipe.upstream
-        return session
+
+    @property
+    def ping(self) -> float:
+        """Seconds between keep-alive comments on a request's event stream."""
+        return self.settings.sse_ping_seconds
 
     # --- life --------------------------------------------------------------------------------
 
@@ -252,38 +244,8 @@ class SessionRelay:
     async def request(
         self, session: MuxedSession, message: Message, scope: Scope, receive: Receive, send: Send
     ) -> None:
-        """A client request: relayed, and what belongs to it streamed back until its answer.
-
-        A session's event stream cut before the answer leaves its log parked: the answer still
-        lands there, for the client to resume with ``Last-Event-ID``.
-        """
-        ident = message.id
-        pipe = session.pipe
-        assert ident is not None
-        assert pipe is not None
-        if ident in session.streams:
-            reused = wire.error(ident, wire.INVALID_REQUEST, replies.invalid_request(replies.ID_IN_FLIGHT))
-            await json_reply(send, 200, reused)
-            return
-        log = session.opened(message)
-        session.in_flight += 1
-        resumable = bool(session.session_id)
-        finished = True
-        try:
-            await pipe.take_client(message, trace=trace_headers(scope))
-            accept = header(scope, b"accept") or b""
-            headers = [(b"mcp-session-id", session.session_id)] if resumable else []
-            if b"text/event-stream" in accept:
-                prime = resumable and primes(header(scope, VERSION))
-                ping = self.settings.sse_ping_seconds
-                finished = await serve_log(log, 0, headers, receive, send, ids=resumable, prime=prime, ping=ping)
-            else:
-                await single_answer(log, headers, send)
-        finally:
-            session.in_flight -= 1
-            if finished or not resumable:
-                session.closed(ident)
-                session.delivered(log)
+        """A client request: relayed, and what belongs to it streamed back until its answer."""
+        await stream_request(session, message, scope, receive, send, ping=self.ping)
 
     async def _get(self, scope: Scope, receive: Receive, send: Send) -> None:
         """The session's stream of what belongs to no request (list changes, logging), or a cut stream resumed."""
