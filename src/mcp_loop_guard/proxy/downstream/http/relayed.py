@@ -10,8 +10,8 @@ it comes back (passed on as its own bytes unless a warning is appended).
 
 Loop state is kept per upstream session (the ``Mcp-Session-Id`` the server gave, bound to the
 token that opened it) or, for requests without one (2026-07-28, or ``--stateless``: relayed as
-they are to a server that opens no sessions, over the guard's own to one that does), per key as
-for sessionless requests. An aborted session's
+they are to a server that opens no sessions, each on its own over a share of one session of the
+guard's own to one that does), per key as for sessionless requests. An aborted session's
 refusal goes out, then the session ends: its id answers 404, its open streams close, and
 the server is told to end it too.
 """
@@ -36,8 +36,8 @@ from mcp_loop_guard.proxy.downstream.http.admin import LiveAgent
 from mcp_loop_guard.proxy.downstream.http.agents import Agents, KeyedAgent
 from mcp_loop_guard.proxy.downstream.http.exchanges import Exchange
 from mcp_loop_guard.proxy.downstream.http.middleware import header, reply, token_of
-from mcp_loop_guard.proxy.downstream.http.pooled import Pooled, SessionPool
 from mcp_loop_guard.proxy.downstream.http.relayed_sessions import RelayedSession, RelayedSessions
+from mcp_loop_guard.proxy.downstream.http.relayed_stateless import OverOneSession
 from mcp_loop_guard.proxy.downstream.http.replies import (
     is_modern,
     opens_sessions,
@@ -87,8 +87,8 @@ class HttpRelay:
         """The upstream's 2026-07-28 ``serverInfo``, stamped on the results the guard writes in that era."""
         self.opens_sessions: bool | None = None
         """With ``--stateless``: whether the server gives its clients sessions; None until it could be asked."""
-        self.pool = SessionPool(self.upstream, self.settings.max_sessions, self.settings.max_message_bytes)
-        self.pooled = Pooled(self, self.pool)
+        self.over_one_session = OverOneSession(plan, spec, agents)
+        """``--stateless`` requests to a server that opens sessions."""
         self._sessions_asked = -ASK_AGAIN_SECONDS
         self._asking = anyio.Lock()
         self._tg: anyio.abc.TaskGroup | None = None
@@ -97,7 +97,7 @@ class HttpRelay:
 
     @asynccontextmanager
     async def running(self) -> AsyncIterator[None]:
-        """Serve until the context ends; then close the pool of connections."""
+        """Serve until the context ends; then close the connections."""
         try:
             async with anyio.create_task_group() as tg:
                 self._tg = tg
@@ -105,6 +105,7 @@ class HttpRelay:
                 await self.translating.start(tg)
                 if self.settings.stateless:
                     tg.start_soon(self._relays_stateless)  # asked at start-up, not by the first request
+                    tg.start_soon(self.over_one_session.answer_at_stop)
                 try:
                     yield
                 finally:
@@ -113,7 +114,6 @@ class HttpRelay:
             # Clients' sessions are left open at the server: a guard started again in this one's
             # place serves them on, judged by the state they left in the store. The guard's own end.
             with anyio.CancelScope(shield=True):
-                await self.pool.aclose()
                 await self.upstream.aclose()
 
     async def _expire(self) -> None:
@@ -121,7 +121,6 @@ class HttpRelay:
         while True:
             await anyio.sleep(min(idle, 30.0))
             await self.sessions.expire(idle)
-            await self.pool.expire()
             self.agents.expire(idle)
 
     async def _speaks_modern(self) -> bool:
@@ -144,8 +143,8 @@ class HttpRelay:
         """With ``--stateless``: whether handshake-era requests (they carry no session) can go to the server as is.
 
         Only a server that opens no sessions takes them (a stateless server); to one that does,
-        they go over sessions of the guard's own (:mod:`.pooled`). Until the server could say,
-        they take the SDK path.
+        each goes on its own over a share of one session of the guard's own (:mod:`.relayed_stateless`).
+        Until the server could say, they take the SDK path.
         """
         if self.opens_sessions is not None:
             return not self.opens_sessions
@@ -161,7 +160,7 @@ class HttpRelay:
                 logger.info(
                     "upstream %r %s",
                     self.spec.name,
-                    "opens a session per client: stateless requests go over sessions of the guard's own"
+                    "opens a session per client: stateless requests share one session of the guard's own"
                     if self.opens_sessions
                     else "opens no sessions: stateless requests are relayed as they are",
                 )
@@ -191,7 +190,8 @@ class HttpRelay:
         modern = is_modern(scope["headers"])
         stateless = not modern and self.settings.stateless
         if stateless and not await self._relays_stateless() and self.opens_sessions:
-            await self.pooled.handle(scope, receive, send)
+            assert self._tg is not None, "the relay is not running"
+            await self.over_one_session.handle(self._tg, scope, receive, send)
             return
         if (modern and not await self._speaks_modern()) or (stateless and self.opens_sessions is None):
             version = header(scope, VERSION)
