@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Iterator, Sequence
 from contextlib import asynccontextmanager, contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import anyio
@@ -54,20 +54,60 @@ class InProcessGuard:
     url: str
     """Its MCP endpoint (``/mcp``, or ``/sse`` for a legacy SSE front)."""
     stop: GuardStop
+    ended: anyio.Event = field(default_factory=anyio.Event)
+    """Set when its serving returned (it must not, before the test stops it)."""
+
+    @property
+    def origin(self) -> str:
+        """``http://127.0.0.1:PORT``."""
+        return self.url.rsplit("/", 1)[0]
+
+    @property
+    def port(self) -> int:
+        """The port it listens on."""
+        return int(self.origin.rsplit(":", 1)[1])
+
+    def at(self, path: str) -> str:
+        """The URL of one of its paths (``/healthz``, ``/readyz``, ``/metrics``)."""
+        return self.origin + path
+
+    async def stays_up(self, seconds: float) -> None:
+        """Watches it for a while (the time something inside it needs to happen); fails if its serving ended."""
+        with anyio.move_on_after(seconds):
+            await self.ended.wait()
+        assert not self.ended.is_set(), "the guard stopped serving on its own"
 
 
 @asynccontextmanager
 async def serving_guard(servers: Sequence[ServerSpec], **settings: Any) -> AsyncIterator[InProcessGuard]:
     """A guard in front of ``servers`` with these settings (memory state unless given), on a free port."""
+    async with serving_config(GuardConfig(None, tuple(servers), {}), **settings) as guard:
+        yield guard
+
+
+@asynccontextmanager
+async def serving_config(config: GuardConfig, **settings: Any) -> AsyncIterator[InProcessGuard]:
+    """A guard of ``config`` (a file's ``loopGuard`` section under these settings, memory state unless given).
+
+    ``config`` comes from the CLI's own readers (``load_config``, ``url_config``,
+    ``stdio_command_config``), so a file's servers and settings are read as the guard reads them.
+    """
     port = free_port()
     settings.setdefault("state", "memory")
-    loaded = load_settings(None, host=LOCALHOST, port=port, **{"transport": "http", **settings})
+    loaded = load_settings(config.settings, host=LOCALHOST, port=port, **{"transport": "http", **settings})
     path = "/sse" if loaded.transport == "sse" else "/mcp"
     guard = InProcessGuard(f"http://{LOCALHOST}:{port}{path}", GuardStop())
     sockets = listen(LOCALHOST, port)
+
+    async def serving() -> None:
+        try:
+            await serve(plan(config, loaded), guard.stop, None, sockets)
+        finally:
+            guard.ended.set()
+
     try:
         async with anyio.create_task_group() as tg:
-            tg.start_soon(serve, plan(GuardConfig(None, tuple(servers), {}), loaded), guard.stop, None, sockets)
+            tg.start_soon(serving)
             yield guard
             guard.stop.drain()
             tg.cancel_scope.cancel()
