@@ -11,17 +11,19 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Iterator, Sequence
 from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import anyio
 import uvicorn
 from starlette.types import ASGIApp
 
-from mcp_loop_guard.config import GuardConfig, ServerSpec
+from mcp_loop_guard.cli_options import guard_parser
+from mcp_loop_guard.config import GuardConfig, ServerSpec, load_config, stdio_command_config, url_config
 from mcp_loop_guard.plan import plan
 from mcp_loop_guard.proxy.downstream.http.app import GuardStop, serve
 from mcp_loop_guard.proxy.downstream.http.listen import listen
-from mcp_loop_guard.settings import load_settings
+from mcp_loop_guard.settings import load_settings, setting_fields
 from tests.http_harness import LOCALHOST, free_port
 
 
@@ -101,7 +103,7 @@ async def serving_config(config: GuardConfig, **settings: Any) -> AsyncIterator[
 
     async def serving() -> None:
         try:
-            await serve(plan(config, loaded), guard.stop, None, sockets)
+            await serve(plan(config, loaded, settings), guard.stop, None, sockets)
         finally:
             guard.ended.set()
 
@@ -114,3 +116,22 @@ async def serving_config(config: GuardConfig, **settings: Any) -> AsyncIterator[
     finally:
         for listening in sockets:
             listening.close()
+
+
+@asynccontextmanager
+async def serving_cli(args: Sequence[str], **settings: Any) -> AsyncIterator[InProcessGuard]:
+    """The guard a command line gives (``--config F``, ``--upstream URL [--header H]``, ``-- COMMAND``, and
+    setting flags), read by the CLI's own parser and readers, served in process (memory state unless given)."""
+    parsed = guard_parser(setting_fields()).parse_args(list(args))
+    command = list(parsed.command)
+    if command[:1] == ["--"]:
+        command = command[1:]
+    if parsed.config is not None:
+        config = load_config(Path(parsed.config))
+    elif parsed.upstream is not None:
+        config = url_config(parsed.upstream, headers=parsed.header)
+    else:
+        config = stdio_command_config(command, parsed.cwd)
+    flags = {f.name: getattr(parsed, f.name) for f in setting_fields() if getattr(parsed, f.name) is not None}
+    async with serving_config(config, **{**flags, **settings}) as guard:
+        yield guard

@@ -27,6 +27,7 @@ import pytest
 
 from tests.harness import read_json_lines
 from tests.http_harness import Rig, payload_verdict
+from tests.proxy.http_inproc import serving_cli
 from tests.reliability.wire import Message, RawConnector, error_code, is_response, result_texts
 
 pytestmark = [pytest.mark.e2e, pytest.mark.anyio]
@@ -131,14 +132,15 @@ GUARD_OPTIONS = ["--header", f"Authorization: Bearer {UP_TOKEN}", "--budgets", "
 
 
 @asynccontextmanager
-async def guarded(transport: str, rig: Rig, raw_guard: RawConnector, upstream: str) -> AsyncIterator[Client]:
-    """A client of the guard in front of ``upstream``: over stdio, or as a legacy SSE client of the HTTP guard."""
+async def guarded(transport: str, raw_guard: RawConnector, upstream: str) -> AsyncIterator[Client]:
+    """A client of the guard in front of ``upstream``: over stdio (its process), or as a legacy SSE client of the
+    HTTP guard (served in this process)."""
     options = [*GUARD_OPTIONS, "--upstream", upstream]
     if transport == "stdio":
         async with raw_guard([], guard_args=options) as guard:
             yield guard
         return
-    async with rig.guard(options, transport="sse") as guard, sse_client(guard.base_url) as client:
+    async with serving_cli(options, transport="sse") as guard, sse_client(guard.origin) as client:
         yield client
 
 
@@ -205,7 +207,7 @@ async def test_no_request_is_smuggled_through_the_headers_built_from_a_message(
     """CR/LF in the method, _meta version, a tool/resource/prompt name, a header argument: no request smuggled."""
     log = tmp_path / "requests.jsonl"
     log.touch()
-    async with rig.recording_http(log) as upstream, guarded(transport, rig, raw_guard, upstream.mcp_url) as client:
+    async with rig.recording_http(log) as upstream, guarded(transport, raw_guard, upstream.mcp_url) as client:
         answers = await attack(client)
     recorded = read_json_lines(log)
     calls = [entry["body"] for entry in recorded if (entry.get("body") or {}).get("method") == "tools/call"]

@@ -18,7 +18,6 @@ from typing import Any
 import anyio
 import pytest
 
-from mcp_loop_guard.config import load_config, url_config
 from tests.harness import read_json_lines
 from tests.http_harness import (
     SESSION_HEADER,
@@ -29,7 +28,7 @@ from tests.http_harness import (
     time_entry,
     tool_call_body,
 )
-from tests.proxy.http_inproc import serving_config
+from tests.proxy.http_inproc import serving_cli
 from tests.reliability.wire import RawConnector, result_texts
 
 pytestmark = [pytest.mark.e2e, pytest.mark.anyio]
@@ -106,7 +105,7 @@ async def test_trace_context_headers_that_break_the_rules_are_dropped(rig: Rig, 
     """HTTP guard relaying a client's requests: trace headers reach the upstream only when they follow the rules."""
     log = tmp_path / "requests.jsonl"
     log.touch()
-    async with rig.recording_http(log) as upstream, serving_config(url_config(upstream.mcp_url)) as guard:
+    async with rig.recording_http(log) as upstream, serving_cli(["--upstream", upstream.mcp_url]) as guard:
         with anyio.fail_after(30):
             opened = await http_post(guard.url, initialize_body())
             session = {SESSION_HEADER: opened.headers[SESSION_HEADER], "Mcp-Protocol-Version": "2025-11-25"}
@@ -124,7 +123,7 @@ async def test_trace_context_in_meta_is_checked_on_the_sdk_path(rig: Rig, tmp_pa
     cases = {**CASES, **META_ONLY}
     async with rig.recording_http(log) as upstream:
         config = rig.config({"rec": {"type": "http", "url": upstream.mcp_url}, "time": time_entry()})
-        async with serving_config(load_config(config)) as guard, open_http_session(guard.url) as client:
+        async with serving_cli(["--config", str(config)]) as guard, open_http_session(guard.url) as client:
             with anyio.fail_after(30):
                 for name, (sent, _) in cases.items():
                     result = await client.session.call_tool("rec__echo", {"text": name}, meta=sent)
