@@ -60,6 +60,11 @@ class InProcessGuard:
     """Set when its serving returned (it must not, before the test stops it)."""
 
     @property
+    def mcp_url(self) -> str:
+        """Its MCP endpoint, by the name the process harness gives it."""
+        return self.url
+
+    @property
     def origin(self) -> str:
         """``http://127.0.0.1:PORT``."""
         return self.url.rsplit("/", 1)[0]

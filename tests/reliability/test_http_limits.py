@@ -40,6 +40,7 @@ from tests.http_harness import (
     raw_session,
     tool_call_body,
 )
+from tests.proxy.http_inproc import InProcessGuard, serving_cli
 from tests.reliability.wire import received
 
 pytestmark = [pytest.mark.e2e, pytest.mark.anyio]
@@ -51,7 +52,15 @@ SAME = {"text": "same"}
 MB = 1024 * 1024
 
 
-async def keyed_echo(guard: ServerProcess, key: str, headers: Mapping[str, str] | None = None) -> str | None:
+def guard_env(monkeypatch: pytest.MonkeyPatch, env: Mapping[str, str]) -> None:
+    """The environment of a guard served in this process (and of the upstream it starts), for this test."""
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+
+
+async def keyed_echo(
+    guard: ServerProcess | InProcessGuard, key: str, headers: Mapping[str, str] | None = None
+) -> str | None:
     """One identical echo call under a key, without a session; its verdict action."""
     with anyio.fail_after(10):
         response = await raw_call(guard.mcp_url, "echo", SAME, {KEY_HEADER: key, **(headers or {})})
@@ -60,7 +69,7 @@ async def keyed_echo(guard: ServerProcess, key: str, headers: Mapping[str, str] 
 
 
 async def slow_calls_in_flight(
-    guard: ServerProcess, line_log: Path, tg: anyio.abc.TaskGroup, headers: Sequence[Mapping[str, str]]
+    guard: InProcessGuard, line_log: Path, tg: anyio.abc.TaskGroup, headers: Sequence[Mapping[str, str]]
 ) -> None:
     """Starts one ``slow`` call per header set (a key or a session) and returns once the upstream has them all."""
 
@@ -84,11 +93,11 @@ async def slow_calls_in_flight(
 # --- bounded state ------------------------------------------------------------------------
 
 
-async def test_max_keys_evicts_the_least_recently_used_key(rig: Rig) -> None:
+async def test_max_keys_evicts_the_least_recently_used_key(monkeypatch: pytest.MonkeyPatch) -> None:
     """MAX_KEYS=3: a 4th key evicts the least recently used one from memory; with the in-memory store its loop
     state goes with it (a persistent store would keep it), while the others keep theirs."""
-    env = {"LOOP_GUARD_MAX_KEYS": "3", "LOOP_GUARD_STATE": "memory"}
-    async with rig.guard(["--stateless", *ERRORING], env=env) as guard:
+    guard_env(monkeypatch, {"LOOP_GUARD_MAX_KEYS": "3", "LOOP_GUARD_STATE": "memory"})
+    async with serving_cli(["--stateless", *ERRORING], state=None) as guard:
         for key in ("k1", "k2", "k3"):
             assert [await keyed_echo(guard, key) for _ in range(2)] == [None, None]
         fourth = await keyed_echo(guard, "k4")
@@ -100,10 +109,10 @@ async def test_max_keys_evicts_the_least_recently_used_key(rig: Rig) -> None:
     assert evicted is None, "k1, the least recently used key, was not evicted: its third identical call was warned"
 
 
-async def test_max_keys_full_of_busy_keys_answers_503(rig: Rig, line_log: Path) -> None:
+async def test_max_keys_full_of_busy_keys_answers_503(line_log: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """MAX_KEYS=3 with a call in flight under each key: a 4th key gets 503 with Retry-After; the busy ones finish."""
-    env = {"LOOP_GUARD_MAX_KEYS": "3", "LINE_SERVER_LOG": str(line_log)}
-    async with rig.guard(["--stateless", *ERRORING], env=env) as guard, anyio.create_task_group() as tg:
+    guard_env(monkeypatch, {"LOOP_GUARD_MAX_KEYS": "3", "LINE_SERVER_LOG": str(line_log)})
+    async with serving_cli(["--stateless", *ERRORING], state=None) as guard, anyio.create_task_group() as tg:
         await slow_calls_in_flight(guard, line_log, tg, [{KEY_HEADER: f"busy-{n}"} for n in range(3)])
         with anyio.fail_after(10):
             refused = await raw_call(guard.mcp_url, "echo", SAME, {KEY_HEADER: "one-too-many"})
@@ -113,9 +122,10 @@ async def test_max_keys_full_of_busy_keys_answers_503(rig: Rig, line_log: Path) 
     assert int(refused.headers.get("retry-after", "0")) >= 1, refused.headers
 
 
-async def test_max_sessions_evicts_the_least_recently_used_idle_session(rig: Rig) -> None:
+async def test_max_sessions_evicts_the_least_recently_used_idle_session(monkeypatch: pytest.MonkeyPatch) -> None:
     """MAX_SESSIONS=3: a 4th session evicts the least recently used idle one (its id then answers 404)."""
-    async with rig.guard(ERRORING, env={"LOOP_GUARD_MAX_SESSIONS": "3"}) as guard:
+    guard_env(monkeypatch, {"LOOP_GUARD_MAX_SESSIONS": "3"})
+    async with serving_cli(ERRORING, state=None) as guard:
         with anyio.fail_after(30):
             sessions = [await raw_session(guard.mcp_url) for _ in range(4)]
             answers = [await http_post(guard.mcp_url, tool_call_body("echo", SAME, 2), s) for s in sessions]
@@ -127,10 +137,10 @@ async def test_max_sessions_evicts_the_least_recently_used_idle_session(rig: Rig
         assert "result" in payload_for(answer, 2), answer.text
 
 
-async def test_max_sessions_full_of_busy_sessions_answers_503(rig: Rig, line_log: Path) -> None:
+async def test_max_sessions_full_of_busy_sessions_answers_503(line_log: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """MAX_SESSIONS=3 with a call in flight in each: a new initialize gets 503 with Retry-After."""
-    env = {"LOOP_GUARD_MAX_SESSIONS": "3", "LINE_SERVER_LOG": str(line_log)}
-    async with rig.guard(ERRORING, env=env) as guard, anyio.create_task_group() as tg:
+    guard_env(monkeypatch, {"LOOP_GUARD_MAX_SESSIONS": "3", "LINE_SERVER_LOG": str(line_log)})
+    async with serving_cli(ERRORING, state=None) as guard, anyio.create_task_group() as tg:
         with anyio.fail_after(30):
             sessions = [await raw_session(guard.mcp_url) for _ in range(3)]
         await slow_calls_in_flight(guard, line_log, tg, sessions)
@@ -226,9 +236,10 @@ SLOW_REQUEST = (
 """A request whose headers take minutes to arrive at a byte every few tenths of a second."""
 
 
-async def test_headers_sent_a_byte_at_a_time_are_cut(rig: Rig) -> None:
+async def test_headers_sent_a_byte_at_a_time_are_cut(monkeypatch: pytest.MonkeyPatch) -> None:
     """LOOP_GUARD_HEADER_TIMEOUT_SECONDS=1: a client dribbling its headers is disconnected within seconds."""
-    async with rig.guard(TIME_ARGS, env={"LOOP_GUARD_HEADER_TIMEOUT_SECONDS": "1"}) as guard:
+    guard_env(monkeypatch, {"LOOP_GUARD_HEADER_TIMEOUT_SECONDS": "1"})
+    async with serving_cli(TIME_ARGS, state=None) as guard:
         stream = await anyio.connect_tcp(LOCALHOST, guard.port)
         try:
             with anyio.fail_after(10):
@@ -239,14 +250,15 @@ async def test_headers_sent_a_byte_at_a_time_are_cut(rig: Rig) -> None:
             await stream.aclose()
 
 
-async def test_body_never_sent_is_answered_408_or_cut(rig: Rig) -> None:
+async def test_body_never_sent_is_answered_408_or_cut(monkeypatch: pytest.MonkeyPatch) -> None:
     """LOOP_GUARD_BODY_TIMEOUT_SECONDS=1: a request declaring a body it never sends gets 408 or is disconnected."""
     head = (
         b"POST /mcp HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
         b"Accept: application/json, text/event-stream\r\nContent-Length: 100\r\n\r\n"
     )
     answer = b""
-    async with rig.guard(TIME_ARGS, env={"LOOP_GUARD_BODY_TIMEOUT_SECONDS": "1"}) as guard:
+    guard_env(monkeypatch, {"LOOP_GUARD_BODY_TIMEOUT_SECONDS": "1"})
+    async with serving_cli(TIME_ARGS, state=None) as guard:
         stream = await anyio.connect_tcp(LOCALHOST, guard.port)
         try:
             await stream.send(head)
@@ -343,9 +355,12 @@ async def test_slow_bodies_do_not_keep_new_clients_out(rig: Rig) -> None:
     ],
     ids=["a body the app reads", "a body nobody reads"],
 )
-async def test_a_body_sent_a_byte_at_a_time_is_cut(rig: Rig, head: bytes, answers: tuple[bytes, ...]) -> None:
+async def test_a_body_sent_a_byte_at_a_time_is_cut(
+    monkeypatch: pytest.MonkeyPatch, head: bytes, answers: tuple[bytes, ...]
+) -> None:
     """LOOP_GUARD_BODY_TIMEOUT_SECONDS=1: a body dribbled a byte every 0.2 s ends within seconds, whatever the path."""
-    async with rig.guard(TIME_ARGS, env={"LOOP_GUARD_BODY_TIMEOUT_SECONDS": "1"}) as guard:
+    guard_env(monkeypatch, {"LOOP_GUARD_BODY_TIMEOUT_SECONDS": "1"})
+    async with serving_cli(TIME_ARGS, state=None) as guard:
         stream = await anyio.connect_tcp(LOCALHOST, guard.port)
         try:
             await stream.send(head)
