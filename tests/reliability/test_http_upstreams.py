@@ -30,7 +30,6 @@ from tests.harness import Connector, eventually, fixture_command, texts
 from tests.http_harness import (
     HttpSession,
     Rig,
-    ServerProcess,
     free_port,
     http_get,
     http_post,
@@ -41,6 +40,7 @@ from tests.http_harness import (
     time_entry,
     tool_names,
 )
+from tests.proxy.http_inproc import InProcessGuard, serving_cli
 from tests.reliability.wire import RawConnector
 
 pytestmark = [pytest.mark.e2e, pytest.mark.anyio]
@@ -61,12 +61,12 @@ def stdio_entry(name: str, *args: str, env: dict[str, str] | None = None) -> dic
     return entry
 
 
-async def readyz(guard: ServerProcess) -> httpx2.Response:
-    """One GET /readyz; fails, saying how the guard ended, when nothing answers."""
+async def readyz(guard: InProcessGuard) -> httpx2.Response:
+    """One GET /readyz; fails, saying whether the guard stopped serving, when nothing answers."""
     try:
-        return await http_get(guard.url("/readyz"))
+        return await http_get(guard.at("/readyz"))
     except httpx2.TransportError as exc:
-        pytest.fail(f"/readyz: {exc!r}; guard exit status {guard.process.returncode}:\n{guard.stderr_tail()}")
+        pytest.fail(f"/readyz: {exc!r}; the guard's serving ended: {guard.ended.is_set()}")
 
 
 def upstream_status(response: httpx2.Response, name: str) -> str:
@@ -74,10 +74,10 @@ def upstream_status(response: httpx2.Response, name: str) -> str:
     return str(response.json()["upstreams"][name]["status"])
 
 
-async def assert_good_server_serves(guard: ServerProcess) -> None:
+async def assert_good_server_serves(guard: InProcessGuard) -> None:
     """A new client session lists the time server's tools and calls one; fails with what went wrong."""
     with anyio.fail_after(20):
-        health = await http_get(guard.url("/healthz"))
+        health = await http_get(guard.at("/healthz"))
         async with open_http_session(guard.mcp_url) as client:
             listed = tool_names(await client.session.list_tools())
             now = await client.session.call_tool(NOW, {"timezone": "UTC"})
@@ -101,7 +101,7 @@ async def test_broken_http_upstream_leaves_the_others_serving(rig: Rig, kind: st
     """An HTTP upstream down at start-up, or answering 401/500: the guard runs, /readyz 503 names it, time works."""
     async with broken_upstream(rig, kind) as entry:
         config = rig.config({"time": time_entry(), "r": entry})
-        async with rig.guard(["--config", str(config)]) as guard:
+        async with serving_cli(["--config", str(config)], state=None) as guard:
             with anyio.fail_after(10):
                 ready = await readyz(guard)
             await assert_good_server_serves(guard)
@@ -117,7 +117,7 @@ async def test_http_upstream_dying_while_the_guard_runs(rig: Rig) -> None:
     """server-everything over HTTP is killed: the guard stays up, /readyz turns 503 for it, time keeps working."""
     async with rig.everything_http() as everything:
         config = rig.config({"time": time_entry(), "r": {"type": "http", "url": everything.mcp_url}})
-        async with rig.guard(["--config", str(config), "--health-interval-seconds", "1"]) as guard:
+        async with serving_cli(["--config", str(config), "--health-interval-seconds", "1"], state=None) as guard:
             with anyio.fail_after(10):
                 before = await readyz(guard)
             everything.process.send_signal(signal.SIGKILL)
@@ -136,7 +136,7 @@ async def test_stdio_upstream_exiting_before_initialize(rig: Rig, tmp_path: Path
     starts = tmp_path / "early-exit-starts.txt"
     bad = stdio_entry("early_exit_server", env={"EARLY_EXIT_SERVER_STARTS": str(starts)})
     config = rig.config({"time": time_entry(), "bad": bad})
-    async with rig.guard(["--config", str(config)]) as guard:
+    async with serving_cli(["--config", str(config)], state=None) as guard:
         with anyio.fail_after(10):
             ready = await readyz(guard)
         await assert_good_server_serves(guard)
@@ -157,10 +157,10 @@ async def test_stdio_upstream_exiting_before_initialize(rig: Rig, tmp_path: Path
 async def test_a_command_that_cannot_start_is_reported_not_fatal(rig: Rig, tmp_path: Path) -> None:
     """``-- COMMAND`` over HTTP with no such program: the guard serves, /readyz says why, and it keeps trying."""
     missing = str(tmp_path / "no-such-server")
-    async with rig.guard(["--", missing]) as guard:
+    async with serving_cli(["--", missing], state=None) as guard:
         with anyio.fail_after(10):
             ready = await readyz(guard)
-        health = await http_get(guard.url("/healthz"))
+        health = await http_get(guard.at("/healthz"))
         await guard.stays_up(0.5)
     assert health.status_code == 200
     assert ready.status_code == 503, ready.text
@@ -186,7 +186,7 @@ async def test_one_stdio_server_whose_handshake_fails_is_reported_retried_and_an
     the child is started again with backoff, and a client's ``initialize`` gets an error at
     once rather than a hang.
     """
-    async with rig.guard([*options, "--", *fixture_command(server)]) as guard:
+    async with serving_cli([*options, "--", *fixture_command(server)], state=None) as guard:
         with anyio.fail_after(20):
             down = await poll(
                 lambda: readyz(guard),
@@ -218,7 +218,7 @@ async def test_silent_http_upstream_does_not_hold_up_new_sessions(rig: Rig) -> N
     async with rig.raw_http("silent") as silent:
         entry = {"type": "http", "url": silent.mcp_url, "callTimeoutSeconds": 2}
         config = rig.config({"time": time_entry(), "r": entry})
-        async with rig.guard(["--config", str(config)], start_limit=120) as guard:
+        async with serving_cli(["--config", str(config)], state=None) as guard:
             try:
                 with anyio.fail_after(20):
                     async with open_http_session(guard.mcp_url) as client:
@@ -300,11 +300,14 @@ async def error_texts(client: HttpSession, tool: str) -> list[str]:
     return texts(result)
 
 
-async def test_expanded_secret_in_a_crashing_servers_args_never_shown(rig: Rig) -> None:
+async def test_expanded_secret_in_a_crashing_servers_args_never_shown(
+    rig: Rig, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """A stdio server started with ``--token ${SECRET_TOKEN}`` crashes: /readyz and the errors never show the value."""
     crashing = stdio_entry("crashing_server", "--token", "${SECRET_TOKEN}")
     config = rig.config({"time": time_entry(), "crashing": crashing})
-    async with rig.guard(["--config", str(config)], env={"SECRET_TOKEN": SECRET}) as guard:
+    monkeypatch.setenv("SECRET_TOKEN", SECRET)
+    async with serving_cli(["--config", str(config)], state=None) as guard:
         with anyio.fail_after(20):
             async with open_http_session(guard.mcp_url) as client:
                 told = await error_texts(client, "crashing__crash")
@@ -320,7 +323,9 @@ async def test_expanded_secret_in_a_crashing_servers_args_never_shown(rig: Rig) 
     assert NOW in listed
 
 
-async def test_expanded_secret_in_an_http_upstreams_url_and_header_never_shown(rig: Rig) -> None:
+async def test_expanded_secret_in_an_http_upstreams_url_and_header_never_shown(
+    rig: Rig, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """An HTTP upstream answering 401, ${SECRET_TOKEN} in its URL path, query and header: not in /readyz or errors."""
     async with rig.raw_http("status:401") as refusing:
         remote = {
@@ -329,7 +334,8 @@ async def test_expanded_secret_in_an_http_upstreams_url_and_header_never_shown(r
             "headers": {"Authorization": "Bearer ${SECRET_TOKEN}"},
         }
         config = rig.config({"time": time_entry(), "remote": remote})
-        async with rig.guard(["--config", str(config)], env={"SECRET_TOKEN": SECRET}) as guard:
+        monkeypatch.setenv("SECRET_TOKEN", SECRET)
+        async with serving_cli(["--config", str(config)], state=None) as guard:
             with anyio.fail_after(20):
                 ready = await readyz(guard)
                 async with open_http_session(guard.mcp_url) as client:
