@@ -40,10 +40,19 @@ from tests.http_harness import (
     sdk_modules,
     tool_call_body,
 )
+from tests.proxy.http_inproc import InProcessGuard, serving_cli
 
 pytestmark = [pytest.mark.anyio, pytest.mark.e2e]
 
 Mode = Literal["direct", "guarded"]
+
+
+def guard_env(monkeypatch: pytest.MonkeyPatch, env: dict[str, str]) -> None:
+    """The environment of a guard served in this process (and of what it starts), for this test."""
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+
+
 ECHO = {"message": "the same"}
 
 
@@ -62,7 +71,7 @@ async def everything_url(rig: Rig, mode: Mode, *args: str) -> AsyncIterator[tupl
             yield everything.mcp_url, everything
             return
         config = rig.config({"everything": everything_http_entry(everything.mcp_url)})
-        async with rig.guard(["--config", str(config), *args]) as guard:
+        async with serving_cli(["--config", str(config), *args], state=None) as guard:
             yield guard.mcp_url, everything
 
 
@@ -128,11 +137,11 @@ async def test_the_session_id_is_the_servers(rig: Rig, mode: Mode) -> None:
 
 
 @asynccontextmanager
-async def counting_guard(rig: Rig, tmp_path: Path, *args: str) -> AsyncIterator[tuple[ServerProcess, ServerProcess]]:
+async def counting_guard(rig: Rig, tmp_path: Path, *args: str) -> AsyncIterator[tuple[InProcessGuard, ServerProcess]]:
     """The counting fixture over HTTP, and the guard in front of it."""
     async with rig.counting_http(tmp_path / "calls.jsonl") as counting:
         config = rig.config({"counting": {"type": "http", "url": counting.mcp_url}})
-        async with rig.guard(["--config", str(config), *args]) as guard:
+        async with serving_cli(["--config", str(config), *args], state=None) as guard:
             yield guard, counting
 
 
@@ -147,7 +156,7 @@ async def test_loop_warned_refused_and_aborted_then_the_session_ends(rig: Rig, t
             headers = {SESSION_HEADER: opened.session_id, "Mcp-Protocol-Version": opened.initialize.protocol_version}
         again = await http_post(guard.mcp_url, tool_call_body("echo", {"text": "new"}), headers)
         at_server = await http_post(counting.mcp_url, tool_call_body("echo", {"text": "new"}), headers)
-        metrics = (await http_get(guard.url("/metrics"))).text
+        metrics = (await http_get(guard.at("/metrics"))).text
     assert verdicts == [None, None, "warn", "warn", "block", "block", "abort"]
     assert len(counted_calls(tmp_path / "calls.jsonl", "echo")) == 4
     assert again.status_code == 404
@@ -164,12 +173,15 @@ async def test_a_polling_call_whose_result_changes_is_never_judged_a_loop(rig: R
     assert len(counted_calls(tmp_path / "calls.jsonl", "ticker")) == 10
 
 
-async def test_a_session_belongs_to_the_token_that_opened_it(rig: Rig, tmp_path: Path) -> None:
+async def test_a_session_belongs_to_the_token_that_opened_it(
+    rig: Rig, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Another token's client cannot use (or judge itself by) a session it did not open."""
     env = {"LOOP_GUARD_AUTH_TOKENS": "alice:secret-a,bob:secret-b"}
     async with rig.counting_http(tmp_path / "calls.jsonl") as counting:
         config = rig.config({"counting": {"type": "http", "url": counting.mcp_url}})
-        async with rig.guard(["--config", str(config)], env=env) as guard:
+        guard_env(monkeypatch, env)
+        async with serving_cli(["--config", str(config)], state=None) as guard:
             alice = await raw_session(guard.mcp_url, {"Authorization": "Bearer secret-a"})
             as_bob = {**alice, "Authorization": "Bearer secret-b"}
             stolen = await http_post(guard.mcp_url, tool_call_body("echo", {"text": "x"}), as_bob)
@@ -183,9 +195,9 @@ async def test_a_session_belongs_to_the_token_that_opened_it(rig: Rig, tmp_path:
 async def test_an_unreachable_upstream_is_answered_and_the_guard_stays_up(rig: Rig) -> None:
     """Nothing listens at the URL: initialize gets an error naming the server, /readyz says so, the guard serves on."""
     config = rig.config({"gone": {"type": "http", "url": f"http://127.0.0.1:{free_port()}/mcp"}})
-    async with rig.guard(["--config", str(config)]) as guard:
+    async with serving_cli(["--config", str(config)], state=None) as guard:
         opened = await http_post(guard.mcp_url, initialize_body())
-        ready = await http_get(guard.url("/readyz"))
+        ready = await http_get(guard.at("/readyz"))
         await guard.stays_up(0.5)
     error = payload_for(opened, 1)["error"]
     assert "upstream 'gone' is unreachable" in error["message"]
@@ -275,12 +287,15 @@ async def test_a_refusal_answers_in_the_era_of_the_request(rig: Rig, tmp_path: P
     assert wire(types.CallToolResult.model_validate(refused))["isError"] is True
 
 
-async def test_sessions_are_capped_and_the_least_recently_used_idle_one_goes(rig: Rig, tmp_path: Path) -> None:
+async def test_sessions_are_capped_and_the_least_recently_used_idle_one_goes(
+    rig: Rig, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """With room for two sessions, a third evicts the oldest idle one, which then answers 404 on both sides."""
     env = {"LOOP_GUARD_MAX_SESSIONS": "2"}
     async with rig.counting_http(tmp_path / "calls.jsonl") as counting:
         config = rig.config({"counting": {"type": "http", "url": counting.mcp_url}})
-        async with rig.guard(["--config", str(config)], env=env) as guard:
+        guard_env(monkeypatch, env)
+        async with serving_cli(["--config", str(config)], state=None) as guard:
             first = await raw_session(guard.mcp_url)
             second = await raw_session(guard.mcp_url)
             await http_post(guard.mcp_url, tool_call_body("echo", {"text": "touch"}), first)
@@ -337,7 +352,10 @@ async def test_a_listen_stream_of_the_2026_era_crosses_the_relay(rig: Rig, tmp_p
     """A 2026-07-28 client opens subscriptions/listen through the guard and gets the server's change events."""
     async with rig.listen_http() as listen:
         config = rig.config({"listen": {"type": "http", "url": listen.mcp_url}})
-        async with rig.guard(["--config", str(config)]) as guard, Client(guard.mcp_url, mode="auto") as client:
+        async with (
+            serving_cli(["--config", str(config)], state=None) as guard,
+            Client(guard.mcp_url, mode="auto") as client,
+        ):
             assert client.protocol_version == "2026-07-28"
             with anyio.fail_after(20):
                 async with client.listen(tools_list_changed=True) as subscription:
@@ -398,11 +416,14 @@ async def test_a_2026_client_in_front_of_a_handshake_era_server_is_translated(ri
     assert [action(answer) for answer in answers] == [None, None, "warn", "warn", "block"]
 
 
-async def test_made_up_session_ids_get_404_and_push_no_session_out(rig: Rig, tmp_path: Path) -> None:
+async def test_made_up_session_ids_get_404_and_push_no_session_out(
+    rig: Rig, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Ids the server never gave are refused without loop state: the one real session keeps its room and streak."""
     async with rig.counting_http(tmp_path / "calls.jsonl") as counting:
         config = rig.config({"counting": {"type": "http", "url": counting.mcp_url}})
-        async with rig.guard(["--config", str(config)], env={"LOOP_GUARD_MAX_SESSIONS": "1"}) as guard:
+        guard_env(monkeypatch, {"LOOP_GUARD_MAX_SESSIONS": "1"})
+        async with serving_cli(["--config", str(config)], state=None) as guard:
             real = await raw_session(guard.mcp_url)
             first = [await http_post(guard.mcp_url, tool_call_body("echo", {"text": "same"}), real) for _ in range(2)]
             made_up = [
@@ -421,7 +442,10 @@ async def test_an_upstream_endpoint_redirected_on_its_own_origin_is_followed(rig
     """The configured URL answers 307 to its normal form (``/mcp/`` to ``/mcp``): the guard follows it."""
     async with rig.counting_http(tmp_path / "calls.jsonl") as counting:
         config = rig.config({"counting": {"type": "http", "url": counting.mcp_url + "/"}})
-        async with rig.guard(["--config", str(config)]) as guard, Client(guard.mcp_url, mode="legacy") as client:
+        async with (
+            serving_cli(["--config", str(config)], state=None) as guard,
+            Client(guard.mcp_url, mode="legacy") as client,
+        ):
             with anyio.fail_after(20):
                 echoed = await client.call_tool("echo", {"text": "moved?"})
     assert texts(echoed) == ["moved?"]
@@ -432,7 +456,10 @@ async def test_a_2026_client_hears_of_a_resource_it_listens_to_through_the_sdk_p
     the guard subscribes to it upstream, and the server's updates of it reach the stream."""
     async with rig.everything_http() as everything:
         config = rig.config({"everything": everything_http_entry(everything.mcp_url)})
-        async with rig.guard(["--config", str(config)]) as guard, Client(guard.mcp_url, mode="2026-07-28") as client:
+        async with (
+            serving_cli(["--config", str(config)], state=None) as guard,
+            Client(guard.mcp_url, mode="2026-07-28") as client,
+        ):
             with anyio.fail_after(30):
                 uri = str((await client.list_resources()).resources[0].uri)
                 async with client.listen(resource_subscriptions=[uri]) as subscription:
