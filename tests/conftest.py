@@ -12,6 +12,7 @@ from __future__ import annotations
 import atexit
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -67,6 +68,17 @@ def prefork_server() -> Iterator[None]:
 def anyio_backend() -> str:
     """Runs every anyio test on asyncio."""
     return "asyncio"
+
+
+@pytest.fixture(autouse=True)
+def stop_signals_kept() -> Iterator[None]:
+    """A test that runs the guard's CLI in this process leaves stop signals ignored, as the guard leaves them once
+    its exit status is decided; every process a later test starts would inherit that and outlive a SIGTERM."""
+    saved = {signum: signal.getsignal(signum) for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)}
+    yield
+    for signum, handler in saved.items():
+        if handler is not None and signal.getsignal(signum) is not handler:
+            signal.signal(signum, handler)
 
 
 @pytest.fixture(autouse=True)
