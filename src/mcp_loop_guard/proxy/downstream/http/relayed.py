@@ -143,8 +143,8 @@ class HttpRelay:
         """With ``--stateless``: whether handshake-era requests (they carry no session) can go to the server as is.
 
         Only a server that opens no sessions takes them (a stateless server); to one that does,
-        each goes on its own over a share of one session of the guard's own (:mod:`.relayed_stateless`).
-        Until the server could say, they take the SDK path.
+        and until the server could say, each goes on its own over a share of one session of the
+        guard's own (:mod:`.relayed_stateless`), which a server that opens none serves too.
         """
         if self.opens_sessions is not None:
             return not self.opens_sessions
@@ -189,15 +189,12 @@ class HttpRelay:
         """One request to ``/mcp``."""
         modern = is_modern(scope["headers"])
         stateless = not modern and self.settings.stateless
-        if stateless and not await self._relays_stateless() and self.opens_sessions:
+        if stateless and not await self._relays_stateless():
             assert self._tg is not None, "the relay is not running"
             await self.over_one_session.handle(self._tg, scope, receive, send)
             return
-        if (modern and not await self._speaks_modern()) or (stateless and self.opens_sessions is None):
-            version = header(scope, VERSION)
-            await self.translating.serve(
-                scope, receive, send, version.decode("latin-1") if version else None, modern=modern
-            )
+        if modern and not await self._speaks_modern():
+            await self.translating.serve(scope, receive, send)
             return
         method = scope["method"]
         if method == "POST":

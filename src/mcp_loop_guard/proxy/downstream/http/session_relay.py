@@ -170,10 +170,7 @@ class SessionRelay:
     async def handle_mcp(self, scope: Scope, receive: Receive, send: Send) -> None:
         """One request to ``/mcp``."""
         if is_modern(scope["headers"]) and header(scope, SESSION) is None:
-            version = header(scope, VERSION)
-            await self.translating.serve(
-                scope, receive, send, version.decode("latin-1") if version else None, modern=True
-            )
+            await self.translating.serve(scope, receive, send)
             return
         method = scope["method"]
         if self.settings.stateless:

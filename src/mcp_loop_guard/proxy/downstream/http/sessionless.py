@@ -1,7 +1,6 @@
-"""The SDK path: requests to ``/mcp`` the message relays cannot pass on as they are, translated by the SDK.
+"""The SDK path: 2026-07-28 requests to servers of the handshake era, translated by the SDK.
 
-2026-07-28 requests to servers of the handshake era, and ``--stateless`` requests in front of
-several servers or of one legacy SSE server. One SDK server serves them all over one channel
+One SDK server serves them all over one channel
 (:class:`~mcp_loop_guard.proxy.relay.sdk_channel.ChannelLink`); each request is judged by its
 key's agent (token, key header or address), so an agent's loop state outlives any
 connection; an agent aborted for looping gets 429 for a while.
@@ -14,13 +13,7 @@ from collections.abc import Sequence
 
 import anyio
 import anyio.abc
-from mcp.server.connection import Connection
-from mcp.server.runner import serve_connection
-from mcp.server.streamable_http import StreamableHTTPServerTransport
 from mcp.server.subscriptions import InMemorySubscriptionBus
-from mcp.shared.jsonrpc_dispatcher import JSONRPCDispatcher
-from mcp.shared.transport_context import TransportContext
-from mcp_types import DEFAULT_NEGOTIATED_VERSION
 from starlette.types import Receive, Scope, Send
 
 from mcp_loop_guard.config import ServerSpec
@@ -87,53 +80,14 @@ class Sessionless:
             await anyio.sleep(min(idle, 30.0))
             self.agents.expire(idle)
 
-    async def serve(
-        self,
-        scope: Scope,
-        receive: Receive,
-        send: Send,
-        version: str | None,
-        *,
-        modern: bool,
-    ) -> None:
-        """One request, judged by its key's agent; ``modern``: a 2026-07-28 request."""
+    async def serve(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """One 2026-07-28 request, judged by its key's agent."""
         agent = await self.agents.admit(scope, send)
         if agent is None:
             return
         scope.setdefault("state", {})[AGENT] = agent
         agent.in_flight += 1
         try:
-            proxy = self.proxy
-            if modern:
-                await handle_modern_request(proxy.server, self.security, False, {}, scope, receive, send)
-            else:
-                await self._serve_stateless(proxy, version, scope, receive, send)
+            await handle_modern_request(self.proxy.server, self.security, False, {}, scope, receive, send)
         finally:
             agent.in_flight -= 1
-
-    async def _serve_stateless(
-        self, proxy: GuardedProxy, version: str | None, scope: Scope, receive: Receive, send: Send
-    ) -> None:
-        assert self._tg is not None
-        transport = StreamableHTTPServerTransport(mcp_session_id=None, security_settings=self.security)
-
-        async def run(*, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
-            async with transport.connect() as (read, write):
-                task_status.started()
-                # One request per connection, so the connection is born initialized (as in the SDK's
-                # own stateless mode); with no session, nothing can reach the client but the answer.
-                dispatcher: JSONRPCDispatcher[TransportContext] = JSONRPCDispatcher(
-                    read,
-                    write,
-                    inline_methods=frozenset({"initialize"}),
-                    transport_builder=lambda _md: TransportContext(kind="streamable-http", can_send_request=False),
-                )
-                connection = Connection.from_envelope(version or DEFAULT_NEGOTIATED_VERSION, None, None)
-                await serve_connection(proxy.server, dispatcher, connection=connection, lifespan_state={})
-
-        await self._tg.start(run)
-        try:
-            await transport.handle_request(scope, receive, send)
-        finally:
-            with anyio.CancelScope(shield=True):
-                await transport.terminate()

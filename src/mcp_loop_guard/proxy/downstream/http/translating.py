@@ -1,8 +1,7 @@
 """The SDK path of an HTTP guard, loaded the first time a request needs it.
 
 A relay passes requests on as they came; only a request the server behind it cannot take as
-it is (a 2026-07-28 request to a server of the handshake era, or a ``--stateless`` request
-before the one HTTP server said whether it opens sessions) goes through the SDK, which
+it is (a 2026-07-28 request to a server of the handshake era) goes through the SDK, which
 speaks each side's era over the same kind of channel the relay's sessions use (``Behind``). Most guards
 never see one, so the SDK (more than a second of start-up and about 30 MB) is
 imported in a worker thread when the first one comes, and the event loop goes on serving
@@ -69,10 +68,10 @@ class Translating:
         """Run what is loaded later in ``tg``."""
         self._tg = tg
 
-    async def serve(self, scope: Scope, receive: Receive, send: Send, version: str | None, *, modern: bool) -> None:
-        """One request, judged by its key's agent; ``modern``: a 2026-07-28 request."""
+    async def serve(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """One 2026-07-28 request, judged by its key's agent."""
         sessionless = self.loaded or await self._load()
-        await sessionless.serve(scope, receive, send, version, modern=modern)
+        await sessionless.serve(scope, receive, send)
 
     def channel(self) -> Channel | None:
         """The SDK path's channel, once it is loaded."""
