@@ -84,7 +84,7 @@ class SharedChannel:
                 except (TimeoutError, HandshakeRefusedError, UpstreamDownError) as exc:
                     failures += 1
                     self.down = replies.upstream(self.label, str(exc) or replies.NO_HANDSHAKE)
-                    logger.warning("%s; trying again", self.down)
+                    logger.log(logging.WARNING if failures == 1 else logging.DEBUG, "%s; trying again", self.down)
                     await anyio.sleep(self._backoff.delay(failures))
             self.down = ""
             await anyio.sleep_forever()
