@@ -35,3 +35,11 @@ class Stopping:
     def discard(self, scope: anyio.CancelScope) -> None:
         """``scope`` is done."""
         self.scopes.discard(scope)
+
+    async def wait(self) -> None:
+        """Return once the guard stops."""
+        waiting = anyio.CancelScope()
+        self.add(waiting)
+        with waiting:
+            await anyio.sleep_forever()
+        self.discard(waiting)

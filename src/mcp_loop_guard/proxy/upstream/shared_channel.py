@@ -134,11 +134,12 @@ class _Share(MuxView):
         self.shared = shared
 
     async def send_message(self, message: Message) -> None:
-        """A request that comes before the guard's handshake was answered waits a little for it, then fails with why."""
-        if self.mux is None:
+        """A request that comes during the guard's first handshake waits a little for it; once one failed, it fails
+        at once with why (the handshake is tried again meanwhile)."""
+        if self.mux is None and self.shared.down == replies.NOT_CONNECTED_YET:
             with anyio.move_on_after(self.shared.limits.call_timeout or FIRST_WAIT):
                 await self.shared.mux.ready.wait()
-            self.down = self.shared.down or self.down
+        self.down = self.shared.down or self.down
         await super().send_message(message)
 
     def label_for(self, ident: RequestId) -> str:

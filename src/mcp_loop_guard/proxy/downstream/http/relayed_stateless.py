@@ -69,12 +69,7 @@ class OverOneSession:
 
     async def answer_at_stop(self) -> None:
         """At the first signal, every request in flight gets why."""
-        stopping = self.agents.stopping
-        waiting = anyio.CancelScope()
-        stopping.add(waiting)
-        with waiting:
-            await anyio.sleep_forever()
-        stopping.discard(waiting)
+        await self.agents.stopping.wait()
         for session in list(self.requests.open):
             if session.pipe is not None:
                 await session.pipe.shut_down("the guard is shutting down")

@@ -145,12 +145,7 @@ class SessionRelay:
 
     async def _on_stop(self) -> None:
         """At the first signal, every request in flight is answered with an error on its own stream."""
-        stopping = self.agents.stopping
-        waiting = anyio.CancelScope()
-        stopping.add(waiting)
-        with waiting:
-            await anyio.sleep_forever()
-        stopping.discard(waiting)
+        await self.agents.stopping.wait()
         stateless = list(self.stateless.open) if self.stateless is not None else []
         for session in [*self.sessions.live.values(), *stateless]:
             if session.pipe is not None:
