@@ -44,6 +44,7 @@ ROWS: dict[str, tuple[str, bool, str]] = {
     "6": ("http", False, "stdio"),
     "6s": ("http", True, "stdio"),
     "7": ("http", False, "sse"),
+    "7s": ("http", True, "sse"),
     "7 (SSE front)": ("sse", False, "http"),
     "8": ("http", False, "stdio+http"),
     "8 (SSE front)": ("sse", False, "stdio+sse"),
