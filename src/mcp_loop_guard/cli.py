@@ -283,7 +283,7 @@ def _start(args_list: list[str], early: ChildProcess | UpstreamStartError | None
     """Parse, check, and serve."""
     from mcp_loop_guard.app import serve  # noqa: PLC0415 - loaded after the upstream has started
     from mcp_loop_guard.cli_options import guard_parser  # noqa: PLC0415
-    from mcp_loop_guard.config import ConfigError, load_config, stdio_command_config, url_config  # noqa: PLC0415
+    from mcp_loop_guard.config import ConfigError, command_line_config  # noqa: PLC0415
     from mcp_loop_guard.plan import plan  # noqa: PLC0415
     from mcp_loop_guard.proxy.upstream.child import UpstreamStartError  # noqa: PLC0415 - loaded already
     from mcp_loop_guard.settings import SettingsError, load_settings, setting_fields  # noqa: PLC0415
@@ -307,12 +307,7 @@ def _start(args_list: list[str], early: ChildProcess | UpstreamStartError | None
         return EXIT_USAGE
     overrides: dict[str, Any] = {f.name: getattr(args, f.name) for f in setting_fields()}
     try:
-        if args.config is not None:
-            config = load_config(Path(args.config))
-        elif args.upstream is not None:
-            config = url_config(args.upstream, headers=args.header)
-        else:
-            config = stdio_command_config(command, args.cwd)
+        config = command_line_config(args.config, args.upstream, args.header, command, args.cwd)
         settings = load_settings(config.settings, **overrides)
         decided = plan(config, settings, overrides)
         _check_proxy_variables(config)

@@ -42,6 +42,7 @@ __all__ = [
     "HttpServer",
     "ServerSpec",
     "StdioServer",
+    "command_line_config",
     "load_config",
     "program_name",
     "redact_url",
@@ -239,6 +240,21 @@ def _tool_sections(
         section = _section(overrides, f"{at}.{pattern}", "tool", file, problems)
         found.append((pattern, section))
     return tuple(found)
+
+
+def command_line_config(
+    config: str | None, upstream: str | None, headers: Sequence[str], command: Sequence[str], cwd: str | None
+) -> GuardConfig:
+    """The upstreams a command line names: ``--config FILE``, else ``--upstream URL``, else ``-- COMMAND``.
+
+    Raises:
+        ConfigError: the file, the URL, a header or the command is not what it must be.
+    """
+    if config is not None:
+        return load_config(Path(config))
+    if upstream is not None:
+        return url_config(upstream, headers=headers)
+    return stdio_command_config(command, cwd)
 
 
 def stdio_command_config(command: Sequence[str], cwd: str | None) -> GuardConfig:

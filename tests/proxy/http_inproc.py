@@ -11,7 +11,6 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Iterator, Sequence
 from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import anyio
@@ -19,7 +18,7 @@ import uvicorn
 from starlette.types import ASGIApp
 
 from mcp_loop_guard.cli_options import guard_parser
-from mcp_loop_guard.config import GuardConfig, ServerSpec, load_config, stdio_command_config, url_config
+from mcp_loop_guard.config import GuardConfig, ServerSpec, command_line_config
 from mcp_loop_guard.plan import plan
 from mcp_loop_guard.proxy.downstream.http.app import GuardStop, serve
 from mcp_loop_guard.proxy.downstream.http.listen import listen
@@ -131,12 +130,7 @@ async def serving_cli(args: Sequence[str], **settings: Any) -> AsyncIterator[InP
     command = list(parsed.command)
     if command[:1] == ["--"]:
         command = command[1:]
-    if parsed.config is not None:
-        config = load_config(Path(parsed.config))
-    elif parsed.upstream is not None:
-        config = url_config(parsed.upstream, headers=parsed.header)
-    else:
-        config = stdio_command_config(command, parsed.cwd)
+    config = command_line_config(parsed.config, parsed.upstream, parsed.header, command, parsed.cwd)
     flags = {f.name: getattr(parsed, f.name) for f in setting_fields() if getattr(parsed, f.name) is not None}
     async with serving_config(config, **{**flags, **settings}) as guard:
         yield guard
