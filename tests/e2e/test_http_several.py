@@ -16,19 +16,25 @@ from typing import Any
 import anyio
 import pytest
 from mcp import Client
+from mcp.client.streamable_http import streamable_http_client
 from mcp.client.subscriptions import ToolsListChanged
+from mcp.shared.exceptions import MCPError
 
 from tests.harness import fixture_command, texts
 from tests.http_harness import (
+    KEY_HEADER,
+    MODERN_VERSION,
     SESSION_HEADER,
     Rig,
     everything_stdio_entry,
     http_get,
     http_post,
+    mcp_http_client,
     open_http_session,
     open_sse_session,
     payload_for,
     poll,
+    raw_call,
     sdk_modules,
     time_entry,
 )
@@ -183,3 +189,50 @@ async def test_a_stateless_guard_of_several_servers_relays_each_request_without_
     assert {"one__register_tool", "one__asked", "two__register_tool", "two__asked"} <= names
     assert [texts(result) for result in answered] == [["0"], ["0"]]
     assert loaded == set(), sorted(loaded)[:10]
+
+
+@pytest.mark.parametrize("era", ["--stateless", "2026-07-28"])
+async def test_a_server_among_several_is_served_again_after_its_child_crashed(tmp_path: Path, era: str) -> None:
+    """Requests without a session in front of two servers (--stateless ones over the guard's shared router, 2026-07-28
+    ones through the SDK path's router) reach a server's new child after the old one crashed; the other is untouched."""
+    rig = Rig(tmp_path, uuid.uuid4().hex)
+    counting = fixture_command("counting_server")
+    entry = {
+        "command": counting[0],
+        "args": counting[1:],
+        "env": {"COUNTING_SERVER_LOG": str(tmp_path / "calls.jsonl")},
+    }
+    config = rig.config({"a": entry, "b": entry})
+    stateless = era == "--stateless"
+    try:
+        async with rig.guard(["--config", str(config), *(["--stateless"] if stateless else [])]) as guard:
+
+            async def ready() -> int:
+                return (await http_get(guard.url("/readyz"))).status_code
+
+            async def call(tool: str, text: str = "") -> str:
+                """The call's text, or the error it was answered with."""
+                if stateless:
+                    answer = payload_for(await raw_call(guard.mcp_url, tool, {"text": text}, {KEY_HEADER: "k"}), 1)
+                    if "error" in answer:
+                        return str(answer["error"]["message"])
+                    return " ".join(part["text"] for part in answer["result"]["content"])
+                async with (
+                    mcp_http_client() as http,
+                    Client(streamable_http_client(guard.mcp_url, http_client=http), mode=MODERN_VERSION) as client,
+                ):
+                    try:
+                        return " ".join(texts(await client.call_tool(tool, {"text": text})))
+                    except MCPError as error:
+                        return error.error.message
+
+            with anyio.fail_after(30):
+                await poll(ready, lambda status: status == 200, 0.1)
+                before = await call("b__echo", "b before")
+                crashed = await call("a__crash")
+                again = await poll(lambda: call("a__echo", "a again"), lambda said: said == "a again", 0.2)
+                after = await call("b__echo", "b after")
+    finally:
+        rig.report()
+    assert "exited with status 17" in crashed
+    assert (before, again, after) == ("b before", "a again", "b after")
