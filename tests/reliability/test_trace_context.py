@@ -116,8 +116,9 @@ async def test_trace_context_headers_that_break_the_rules_are_dropped(rig: Rig, 
     assert reached == {name: kept for name, (_, kept) in CASES.items()}
 
 
-async def test_trace_context_in_meta_is_checked_on_the_sdk_path(rig: Rig, tmp_path: Path) -> None:
-    """HTTP guard of two servers (the SDK path): a call's _meta reaches the upstream without what fails the rules."""
+async def test_trace_context_in_meta_is_checked_through_a_router(rig: Rig, tmp_path: Path) -> None:
+    """HTTP guard of two servers (a session's router): a call's _meta reaches the upstream without what fails the
+    rules."""
     log = tmp_path / "requests.jsonl"
     log.touch()
     cases = {**CASES, **META_ONLY}
