@@ -515,11 +515,15 @@ async def raw_session(
     return session
 
 
+def imported(guard: ServerProcess) -> set[str]:
+    """The modules the guard imported so far (it runs with ``PYTHONPROFILEIMPORTTIME``)."""
+    lines = guard.stderr_text().splitlines()
+    return {line.rsplit("|", 1)[-1].strip() for line in lines if line.startswith("import time:")}
+
+
 def sdk_modules(guard: ServerProcess) -> set[str]:
     """The SDK's modules the guard imported so far (it runs with ``PYTHONPROFILEIMPORTTIME``)."""
-    lines = guard.stderr_text().splitlines()
-    names = {line.rsplit("|", 1)[-1].strip() for line in lines if line.startswith("import time:")}
-    return {name for name in names if name.split(".")[0] in ("mcp", "mcp_types")}
+    return {name for name in imported(guard) if name.split(".")[0] in ("mcp", "mcp_types")}
 
 
 async def poll(probe: Callable[[], Awaitable[T]], done: Callable[[T], bool], interval: float = POLL_INTERVAL) -> T:

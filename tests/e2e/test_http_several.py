@@ -1,5 +1,6 @@
 """An HTTP guard in front of several servers relays each session's messages through a router: tasks cross it;
-2026-07-28 clients, translated through the SDK, hear of the servers' changes on subscriptions/listen.
+2026-07-28 clients hear of the servers' changes on subscriptions/listen, translated through the SDK for servers of
+the handshake era, relayed as messages when every server speaks 2026-07-28.
 
 server-everything's ``simulate-research-query`` only runs as a task; behind an HTTP guard of
 two servers its task handle, ``tasks/list``, ``tasks/get`` and ``tasks/result`` reach the
@@ -29,6 +30,7 @@ from tests.http_harness import (
     everything_stdio_entry,
     http_get,
     http_post,
+    imported,
     mcp_http_client,
     open_http_session,
     open_sse_session,
@@ -43,6 +45,8 @@ from tests.reliability.wire import result_texts
 pytestmark = [pytest.mark.e2e, pytest.mark.anyio]
 
 TOOL = "everything__simulate-research-query"
+SDK_PATH = "mcp_loop_guard.proxy.downstream.http.sessionless"
+"""The SDK path's module: imported by a guard when the first request that needs its era translated comes."""
 
 
 class Wire:
@@ -236,3 +240,35 @@ async def test_a_server_among_several_is_served_again_after_its_child_crashed(tm
         rig.report()
     assert "exited with status 17" in crashed
     assert (before, again, after) == ("b before", "a again", "b after")
+
+
+async def test_2026_clients_of_several_2026_servers_are_relayed_as_messages_without_the_sdk(tmp_path: Path) -> None:
+    """In front of several servers that all speak 2026-07-28, that era's requests are relayed as messages, not
+    translated: names, header-mirrored arguments, listen streams and the loop's refusal as a session's."""
+    rig = Rig(tmp_path, uuid.uuid4().hex)
+    try:
+        async with rig.listen_http() as one, rig.listen_http() as two:
+            entries = {name: {"type": "http", "url": server.mcp_url} for name, server in (("one", one), ("two", two))}
+            config = rig.config(entries)
+            env = {"PYTHONPROFILEIMPORTTIME": "1"}
+            async with rig.guard(["--config", str(config)], env=env) as guard, Client(guard.mcp_url) as client:
+                assert client.protocol_version == "2026-07-28"
+                with anyio.fail_after(60):
+                    names = {tool.name for tool in (await client.list_tools()).tools}
+                    located = await client.call_tool("two__locate", {"region": "north"})  # Mcp-Param-Region mirrored
+                    async with client.listen(tools_list_changed=True) as subscription:
+                        await client.call_tool("one__register_tool", {"name": "fresh"})
+                        event = await anext(subscription)
+                    after = {tool.name for tool in (await client.list_tools()).tools}
+                    loop = [await client.call_tool("one__ask", {"question": "again?"}) for _ in range(5)]
+                    asked = await client.call_tool("one__asked", {})
+                loaded = imported(guard)
+    finally:
+        rig.report()
+    assert {"one__locate", "one__ask", "two__locate", "two__register_tool"} <= names
+    assert texts(located) == ["in north"]
+    assert event == ToolsListChanged()
+    assert "one__fresh" in after
+    assert [result.is_error for result in loop] == [False, False, False, False, True]
+    assert texts(asked) == ["4"]  # the refused fifth never reached the server
+    assert SDK_PATH not in loaded  # (the SDK's header encoders are loaded, for the calls' Mcp-Param-* headers)

@@ -148,6 +148,22 @@ async def test_what_belongs_to_no_request_waits_in_the_get_streams_log_and_repla
     assert again.ended
 
 
+async def test_a_request_without_a_session_gets_a_notification_that_comes_before_its_stream_is_written() -> None:
+    """A request without a session (it has no GET stream) keeps a notification that beats its stream's first write.
+
+    A 2026-07-28 listen stream's acknowledgement can come back before the response starts to
+    be written: it belongs to the request, whose client waits for it there.
+    """
+    s = MuxedSession(b"", "", view=None)  # type: ignore[arg-type]  # routing needs no child
+    log = s.opened(call(7))
+    acknowledged = b'{"jsonrpc":"2.0","method":"notifications/subscriptions/acknowledged","params":{}}\n'
+    await s.send(acknowledged)  # before anything writes the request's stream
+    await s.send(answer(7))
+    response = Response()
+    await serve_log(log, 0, [], response.receive, response.send)
+    assert [data for _, data in response.events] == [acknowledged.rstrip(b"\n"), answer(7).rstrip(b"\n")]
+
+
 async def test_a_request_of_a_followed_stream_is_preferred_over_a_cut_one() -> None:
     """The child asks the client something: on a stream that is being read, not on one nobody reads."""
     s = session()

@@ -47,6 +47,7 @@ ROWS: dict[str, tuple[str, bool, str]] = {
     "7s": ("http", True, "sse"),
     "7 (SSE front)": ("sse", False, "http"),
     "8": ("http", False, "stdio+http"),
+    "8 (HTTP servers)": ("http", False, "http+http"),
     "8 (SSE front)": ("sse", False, "stdio+sse"),
     "8s": ("http", True, "stdio+http"),
 }

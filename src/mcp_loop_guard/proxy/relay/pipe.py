@@ -25,6 +25,7 @@ from mcp_loop_guard.proxy.relay.judge import Judge
 from mcp_loop_guard.proxy.relay.lifecycle import Refused, begin
 from mcp_loop_guard.proxy.relay.tasks import HeldTasks, wrong_shape
 from mcp_loop_guard.proxy.relay.tool_list import ToolList
+from mcp_loop_guard.proxy.relay.tools import ToolFacts
 from mcp_loop_guard.proxy.relay.verdicts import SERVER_INFO
 from mcp_loop_guard.proxy.upstream.channel import Channel, UpstreamDownError
 from mcp_loop_guard.proxy.upstream.channels import Opener
@@ -51,12 +52,14 @@ class Pipe:
         limits: Limits,
         on_abort: Callable[[], None],
         router: Router | None = None,
+        facts: ToolFacts | None = None,
     ) -> None:
         """``opener`` makes the upstream, which tells this relay what it hears; ``send`` writes a line to the client.
 
         ``server``: the server's name (a router names each call's own); ``on_abort`` ends the
         session once an aborting refusal is out; ``router``: the router behind the upstream
-        when the upstream is a share of one (else the upstream itself, when it is one).
+        when the upstream is a share of one (else the upstream itself, when it is one);
+        ``facts``: the tools' annotations, when relays of single requests share them.
         """
         self.send = send
         self.judge = judge
@@ -65,7 +68,7 @@ class Pipe:
         self.on_abort = on_abort
         self.upstream: Channel = opener(self)
         self.router = router or _router(self.upstream)
-        self.tools = ToolList(self.upstream, limits)
+        self.tools = ToolList(self.upstream, limits, facts)
         self.flights = Flights(self.upstream, limits, send, judge)
         self.tasks = HeldTasks(judge)
         self.awaiting_client: set[RequestId] = set()

@@ -20,11 +20,11 @@ RESERVED_META = "io.modelcontextprotocol/"
 class ToolList:
     """What one stdio upstream listed, as the relay saw it."""
 
-    def __init__(self, upstream: Channel, limits: Limits) -> None:
-        """Nothing known until the upstream's tools are listed."""
+    def __init__(self, upstream: Channel, limits: Limits, facts: ToolFacts | None = None) -> None:
+        """Nothing known until the upstream's tools are listed (``facts``: what others learnt, shared)."""
         self.upstream = upstream
         self.limits = limits
-        self.facts = ToolFacts()
+        self.facts = facts or ToolFacts()
         self.listed: list[Any] | None = None
         """The tools the client was last given (all pages), to tell it when a restarted upstream has others."""
 

@@ -76,7 +76,7 @@ class ChanneledRelay(SessionRelay):
         key = self.sessions.key(session)
         loop = agent_loop(self.plan, self.agents.store, self.agents.health, key)
         judge = judge_for(self.plan, loop, label=key, events=self.agents.events, observe=self.agents.observe)
-        aborted = partial(self._aborted, session)
+        aborted = partial(self.aborted, session)
         pipe = Pipe(
             opener([self.spec], self.limits),
             session.send,

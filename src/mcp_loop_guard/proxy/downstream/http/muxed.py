@@ -151,7 +151,7 @@ class MuxedRelay(SessionRelay):
             judge = judge_for(self.plan, loop, label=key, events=self.agents.events, observe=self.agents.observe)
         else:
             session = MuxedSession(b"", token, None, kind=kind)
-        aborted = partial(self._aborted, session)
+        aborted = partial(self.aborted, session)
         pipe = Pipe(self._share, session.send, judge, server=spec.name, limits=self.limits, on_abort=aborted)
         assert isinstance(pipe.upstream, MuxView)
         pipe.tools.facts = self.facts  # one child: what one session learnt of its tools holds for all

@@ -137,8 +137,10 @@ class MuxedSession:
             # The child asked while this session's requests were open: on the newest one's stream,
             # as a server that knows which request it asks for would send it.
             log = self._newest(followed=True) or self._open_listener() or self._newest(followed=False)
-        else:  # kept in the GET stream's log when no stream is open, for the GET stream when it opens
+        elif self.session_id:  # kept in the GET stream's log when no stream is open, for the GET stream when it opens
             log = self._open_listener() or self._newest(followed=True) or self.listener
+        else:  # a request without a session (no GET stream): its own, even before its stream is written
+            log = self._newest(followed=False)
         if log is None:
             logger.debug("session %s: no open stream for a %s; dropped", self.short, kind)
             return

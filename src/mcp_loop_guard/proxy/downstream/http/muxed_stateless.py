@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Protocol
 
+import anyio
 from starlette.types import Receive, Scope, Send
 
 from mcp_loop_guard.core import replies
@@ -125,9 +126,10 @@ class Relays(Protocol):
 class StatelessRequests:
     """Requests without a session, each relayed on its own and judged by its key's agent."""
 
-    def __init__(self, relay: Relays) -> None:
-        """Requests are relayed by ``relay``."""
+    def __init__(self, relay: Relays, *, runs_upstream: bool = False) -> None:
+        """Requests are relayed by ``relay``; ``runs_upstream``: each has an upstream of its own, run meanwhile."""
         self.relay = relay
+        self.runs_upstream = runs_upstream
         self.open: set[MuxedSession] = set()
         """The requests being relayed now (a stop answers them)."""
 
@@ -145,12 +147,16 @@ class StatelessRequests:
         agent.in_flight += 1
         self.open.add(session)
         try:
-            if isinstance(parsed, Message) and parsed.is_request:
-                await stream_request(session, parsed, scope, receive, send, ping=self.relay.ping)
-            else:
-                await pipe.take_client(parsed)
-                await send({"type": "http.response.start", "status": 202, "headers": []})
-                await send({"type": "http.response.body", "body": b""})
+            async with anyio.create_task_group() as tg:
+                if self.runs_upstream:
+                    await tg.start(pipe.upstream.run)
+                if isinstance(parsed, Message) and parsed.is_request:
+                    await stream_request(session, parsed, scope, receive, send, ping=self.relay.ping)
+                else:
+                    await pipe.take_client(parsed)
+                    await send({"type": "http.response.start", "status": 202, "headers": []})
+                    await send({"type": "http.response.body", "body": b""})
+                tg.cancel_scope.cancel()
         finally:
             self.open.discard(session)
             agent.in_flight -= 1

@@ -7,8 +7,10 @@ session, ids rewritten, as in front of one: :mod:`.muxed`), an HTTP or legacy SS
 an upstream session per guard session, opened with the client's own ``initialize`` and ended
 with it (as :mod:`.channeled`). The lists are merged under ``server__name`` and each request
 goes to its server; every other method crosses as it came (``tasks/*`` included). Names keep
-the owner they had first in every session. 2026-07-28 requests (sessionless) go through the SDK
-path, loaded when the first one comes, over a router of its own with the same members.
+the owner they had first in every session. 2026-07-28 requests (sessionless) are relayed each
+through a router of its own when every server speaks that era (:mod:`.routed_modern`); else
+they go through the SDK path, loaded when the first one comes, over a router of its own with
+the same members.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from typing import Any
 
 import anyio
 import anyio.abc
-from starlette.types import Scope, Send
+from starlette.types import Receive, Scope, Send
 
 from mcp_loop_guard.config import HttpServer, ServerSpec, StdioServer
 from mcp_loop_guard.core import replies
@@ -27,10 +29,11 @@ from mcp_loop_guard.metrics import Metrics
 from mcp_loop_guard.plan import Limits, Plan
 from mcp_loop_guard.proxy.downstream.agents import agent_loop, judge_for
 from mcp_loop_guard.proxy.downstream.http.agents import Agents
-from mcp_loop_guard.proxy.downstream.http.middleware import HostRules
+from mcp_loop_guard.proxy.downstream.http.middleware import HostRules, reply
 from mcp_loop_guard.proxy.downstream.http.muxed_sessions import MuxedSession
 from mcp_loop_guard.proxy.downstream.http.muxed_stateless import StatelessRequests
 from mcp_loop_guard.proxy.downstream.http.probe import HttpProbe, SseProbe
+from mcp_loop_guard.proxy.downstream.http.routed_modern import ModernRequests
 from mcp_loop_guard.proxy.downstream.http.session_relay import SessionRelay
 from mcp_loop_guard.proxy.downstream.http.translating import Translating
 from mcp_loop_guard.proxy.relay.judge import Judge
@@ -78,6 +81,7 @@ class RoutedRelay(SessionRelay):
         if plan.settings.stateless and plan.settings.transport == "http":
             self.stateless = StatelessRequests(self)
             self.shared = SharedChannel(self._behind().reach, self.limits)
+        self.modern = ModernRequests(self)
 
     @property
     def server(self) -> ServerSpec:
@@ -88,6 +92,20 @@ class RoutedRelay(SessionRelay):
     def limits(self) -> Limits:
         """The guard's limits: a server's own call timeout applies to its calls (the router knows it)."""
         return Limits.of(self.settings)
+
+    async def modern_request(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """A 2026-07-28 request: relayed as messages when every server speaks that era, else translated."""
+        exchanges = {name: slot.exchange for name, (slot, _) in self.supervised.items() if isinstance(slot, HttpProbe)}
+        if not await self.modern.relayed(self.specs, exchanges):
+            await self.translating.serve(scope, receive, send)
+        elif scope["method"] == "POST":
+            await self.modern.requests.post(scope, receive, send)
+        else:
+            await reply(send, 405, replies.METHOD_NOT_ALLOWED, [(b"allow", b"POST")])
+
+    def requests_open(self) -> list[MuxedSession]:
+        """The requests without a session being relayed now: ``--stateless`` ones and 2026-07-28 ones."""
+        return [*super().requests_open(), *self.modern.requests.open]
 
     # --- the servers -------------------------------------------------------------------------
 
@@ -140,7 +158,7 @@ class RoutedRelay(SessionRelay):
         found.append(self.shared.channel if self.shared is not None else None)
         return [router for router in found if isinstance(router, Router)]
 
-    def _usable(self, name: str) -> bool:
+    def usable(self, name: str) -> bool:
         """A server whose child or probe is not ready is not waited for (a silent one would hold every session up)."""
         found = self.supervised.get(name)
         return found is None or found[0].status == "ready"
@@ -156,7 +174,7 @@ class RoutedRelay(SessionRelay):
     def _behind(self) -> Behind:
         """The SDK path reaches the servers through a router of its own, over the same children."""
         catalog = Catalog(self.owners, on_listed=self.metrics.learn, on_dropped=self.metrics.dropped)
-        reach = opener(self.specs, self.limits, member=self._member, catalog=catalog, usable=self._usable)
+        reach = opener(self.specs, self.limits, member=self._member, catalog=catalog, usable=self.usable)
         return Behind("servers", reach, self.limits)
 
     async def reconfigure(self, servers: Sequence[ServerSpec]) -> str | None:
@@ -175,6 +193,7 @@ class RoutedRelay(SessionRelay):
         for name in set(old) - {spec.name for spec in servers}:
             self.supervised.pop(name)[1].cancel()
         self._order()
+        self.modern.reconfigured()
         for session in list(self.sessions.live.values()):
             if session.pipe is not None:
                 await session.pipe.reconfigure(servers)
@@ -194,8 +213,8 @@ class RoutedRelay(SessionRelay):
         loop = agent_loop(self.plan, self.agents.store, self.agents.health, key)
         judge = judge_for(self.plan, loop, label=key, events=self.agents.events, observe=self.agents.observe)
         catalog = Catalog(self.owners, on_listed=self.metrics.learn, on_dropped=self.metrics.dropped)
-        reach = opener(self.specs, self.limits, member=self._member, catalog=catalog, usable=self._usable)
-        aborted = partial(self._aborted, session)
+        reach = opener(self.specs, self.limits, member=self._member, catalog=catalog, usable=self.usable)
+        aborted = partial(self.aborted, session)
         pipe = Pipe(reach, session.send, judge, server=self.server.name, limits=self.limits, on_abort=aborted)
         session.pipe = pipe
         connection = anyio.CancelScope()

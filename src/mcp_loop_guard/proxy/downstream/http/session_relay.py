@@ -126,7 +126,7 @@ class SessionRelay:
         assert self.shared is not None, "only a relay with a shared channel serves requests this way"
         limits = self.limits
         return request_session(
-            self.shared, token, kind, judge, server=self.server.name, limits=limits, on_abort=self._aborted
+            self.shared, token, kind, judge, server=self.server.name, limits=limits, on_abort=self.aborted
         )
 
     @property
@@ -146,11 +146,14 @@ class SessionRelay:
     async def _on_stop(self) -> None:
         """At the first signal, every request in flight is answered with an error on its own stream."""
         await self.agents.stopping.wait()
-        stateless = list(self.stateless.open) if self.stateless is not None else []
-        for session in [*self.sessions.live.values(), *stateless]:
+        for session in [*self.sessions.live.values(), *self.requests_open()]:
             if session.pipe is not None:
                 await session.pipe.shut_down("the guard is shutting down")
             session.close_streams()
+
+    def requests_open(self) -> list[MuxedSession]:
+        """The requests without a session being relayed now (``--stateless`` ones)."""
+        return list(self.stateless.open) if self.stateless is not None else []
 
     def held(self) -> Iterator[LiveAgent]:
         """Every agent held in memory now, for the admin API."""
@@ -165,7 +168,7 @@ class SessionRelay:
     async def handle_mcp(self, scope: Scope, receive: Receive, send: Send) -> None:
         """One request to ``/mcp``."""
         if is_modern(scope["headers"]) and header(scope, SESSION) is None:
-            await self.translating.serve(scope, receive, send)
+            await self.modern_request(scope, receive, send)
             return
         method = scope["method"]
         if self.settings.stateless:
@@ -185,6 +188,10 @@ class SessionRelay:
                 await send({"type": "http.response.body", "body": b""})
         else:
             await reply(send, 405, replies.METHOD_NOT_ALLOWED, [(b"allow", b"GET, POST, DELETE")])
+
+    async def modern_request(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """A 2026-07-28 request (it has no session): through the SDK path, which translates the era."""
+        await self.translating.serve(scope, receive, send)
 
     async def _session(self, scope: Scope, send: Send) -> MuxedSession | None:
         """The session the request names; None when the request was answered instead (400, 404)."""
@@ -268,7 +275,7 @@ class SessionRelay:
 
     # --- ends --------------------------------------------------------------------------------
 
-    def _aborted(self, session: MuxedSession) -> None:
+    def aborted(self, session: MuxedSession) -> None:
         """An aborting refusal is on its stream: the session ends now (the refusal still goes out)."""
         if not session.session_id:
             logger.warning("an agent was aborted for looping; its requests get 429 for a while")
