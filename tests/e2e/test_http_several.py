@@ -21,8 +21,9 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp.client.subscriptions import ToolsListChanged
 from mcp.shared.exceptions import MCPError
 
-from tests.harness import fixture_command, texts
+from tests.harness import fixture_command, tapped, texts, wiretap_command
 from tests.http_harness import (
+    HANDSHAKE_VERSION,
     KEY_HEADER,
     MODERN_VERSION,
     SESSION_HEADER,
@@ -193,6 +194,38 @@ async def test_a_stateless_guard_of_several_servers_relays_each_request_without_
     assert {"one__register_tool", "one__asked", "two__register_tool", "two__asked"} <= names
     assert [texts(result) for result in answered] == [["0"], ["0"]]
     assert loaded == set(), sorted(loaded)[:10]
+
+
+async def test_stateless_calls_are_judged_by_what_earlier_requests_listed_without_listing_again(
+    tmp_path: Path,
+) -> None:
+    """A --stateless call's own relay knows the tools' annotations from earlier requests: once the tools are
+    known, further calls send the servers no list of the guard's own."""
+    rig = Rig(tmp_path, uuid.uuid4().hex)
+    taps = {name: tmp_path / f"{name}.jsonl" for name in ("one", "two")}
+    entries = {}
+    for name, tap in taps.items():
+        argv = wiretap_command(tap, fixture_command("listen_server"))
+        entries[name] = {"command": argv[0], "args": argv[1:]}
+
+    def lists() -> list[int]:
+        return [len(tapped(tap, "server", "tools/list")) for tap in taps.values()]
+
+    try:
+        async with rig.guard(["--config", str(rig.config(entries)), "--stateless"]) as guard:
+            headers = {"Mcp-Protocol-Version": HANDSHAKE_VERSION, KEY_HEADER: "lists"}
+            with anyio.fail_after(30):
+                listed = await http_post(guard.mcp_url, {"jsonrpc": "2.0", "id": 1, "method": "tools/list"}, headers)
+                answered = [await raw_call(guard.mcp_url, f"{name}__asked", {}, headers, 2) for name in ("one", "two")]
+                known = lists()
+                for name in ("one", "two") * 3:
+                    answered.append(await raw_call(guard.mcp_url, f"{name}__asked", {}, headers, 2))
+    finally:
+        rig.report()
+    names = {tool["name"] for tool in payload_for(listed, 1)["result"]["tools"]}
+    assert {"one__asked", "two__asked"} <= names
+    assert [payload_for(response, 2)["result"]["isError"] for response in answered] == [False] * 8
+    assert lists() == known, f"six more calls, and lists from {known} to {lists()}"
 
 
 @pytest.mark.parametrize("era", ["--stateless", "2026-07-28"])

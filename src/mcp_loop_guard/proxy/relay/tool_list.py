@@ -11,8 +11,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from mcp_loop_guard.plan import Limits
-from mcp_loop_guard.proxy.relay.tools import ToolFacts
 from mcp_loop_guard.proxy.upstream.channel import Channel
+from mcp_loop_guard.proxy.upstream.tool_facts import ToolFacts
 
 RESERVED_META = "io.modelcontextprotocol/"
 

@@ -25,6 +25,7 @@ from mcp_loop_guard.proxy.upstream.channels import Opener
 from mcp_loop_guard.proxy.upstream.mux import HandshakeRefusedError, Mux
 from mcp_loop_guard.proxy.upstream.mux_view import MuxView
 from mcp_loop_guard.proxy.upstream.shared_child import HANDSHAKE, HANDSHAKE_TIMEOUT
+from mcp_loop_guard.proxy.upstream.tool_facts import ToolFacts
 from mcp_loop_guard.proxy.wire import messages as wire
 from mcp_loop_guard.proxy.wire.messages import Message, RequestId
 
@@ -49,6 +50,8 @@ class SharedChannel:
         self.mux = Mux(self, max_bytes=limits.max_message_bytes)
         self._backoff = backoff or Backoff(initial=0.1, cap=2.0)
         self.down = replies.NOT_CONNECTED_YET
+        self.facts = ToolFacts()
+        """What any request's relay learnt of the tools, for every request's (a call lists nothing first)."""
 
     @property
     def label(self) -> str:
@@ -110,6 +113,8 @@ class SharedChannel:
 
     async def from_upstream(self, item: Item) -> None:
         """What the server(s) said, to the share it is for (or to every share)."""
+        if isinstance(item, Message) and item.method == "notifications/tools/list_changed":
+            self.facts.forget()  # heard even when no request is in flight to hear it
         await self.mux.route(item)
 
     async def upstream_lost(self, reason: str) -> None:

@@ -33,9 +33,9 @@ from mcp_loop_guard.proxy.downstream.http.replies import (
 from mcp_loop_guard.proxy.relay.judge import Judge
 from mcp_loop_guard.proxy.relay.lifecycle import Call, Refused, begin, cancellation, failure, timed_out, timeout_of
 from mcp_loop_guard.proxy.relay.tool_list import RESERVED_META
-from mcp_loop_guard.proxy.relay.tools import ToolFacts
 from mcp_loop_guard.proxy.relay.verdicts import SERVER_INFO
 from mcp_loop_guard.proxy.upstream.exchange import HttpExchange, Response, UpstreamHttpError, forwarded_response_headers
+from mcp_loop_guard.proxy.upstream.tool_facts import ToolFacts
 from mcp_loop_guard.proxy.wire import messages as wire
 from mcp_loop_guard.proxy.wire import sse
 from mcp_loop_guard.proxy.wire.messages import Message

@@ -32,13 +32,13 @@ from mcp_loop_guard.proxy.downstream.http.session_relay import SessionRelay
 from mcp_loop_guard.proxy.downstream.http.translating import Translating
 from mcp_loop_guard.proxy.relay.judge import Judge
 from mcp_loop_guard.proxy.relay.pipe import Pipe
-from mcp_loop_guard.proxy.relay.tools import ToolFacts
 from mcp_loop_guard.proxy.upstream.channel import Receiver
 from mcp_loop_guard.proxy.upstream.channels import Behind
 from mcp_loop_guard.proxy.upstream.child import ChildProcess
 from mcp_loop_guard.proxy.upstream.mux import Mux
 from mcp_loop_guard.proxy.upstream.mux_view import MuxView
 from mcp_loop_guard.proxy.upstream.shared_child import SharedChild
+from mcp_loop_guard.proxy.upstream.tool_facts import ToolFacts
 
 __all__ = ["MuxedRelay"]
 
@@ -152,9 +152,9 @@ class MuxedRelay(SessionRelay):
         else:
             session = MuxedSession(b"", token, None, kind=kind)
         aborted = partial(self.aborted, session)
-        pipe = Pipe(self._share, session.send, judge, server=spec.name, limits=self.limits, on_abort=aborted)
+        limits, facts = self.limits, self.facts  # one child: what one session learnt of its tools holds for all
+        pipe = Pipe(self._share, session.send, judge, server=spec.name, limits=limits, on_abort=aborted, facts=facts)
         assert isinstance(pipe.upstream, MuxView)
-        pipe.tools.facts = self.facts  # one child: what one session learnt of its tools holds for all
         session.pipe, session.view = pipe, pipe.upstream
         if session.session_id:
             session.on_retire = pipe.upstream.leave

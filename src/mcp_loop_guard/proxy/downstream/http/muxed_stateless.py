@@ -101,7 +101,8 @@ def request_session(
     def aborted() -> None:
         on_abort(session)
 
-    pipe = Pipe(shared.share, session.send, judge, server=server, limits=limits, on_abort=aborted, router=shared.router)
+    share, router, facts = shared.share, shared.router, shared.facts
+    pipe = Pipe(share, session.send, judge, server=server, limits=limits, on_abort=aborted, router=router, facts=facts)
     session.pipe = pipe
     assert isinstance(pipe.upstream, MuxView)
     session.view = pipe.upstream

@@ -47,8 +47,8 @@ from mcp_loop_guard.proxy.downstream.http.replies import (
 )
 from mcp_loop_guard.proxy.downstream.http.translating import Translating
 from mcp_loop_guard.proxy.relay.judge import Judge
-from mcp_loop_guard.proxy.relay.tools import ToolFacts
 from mcp_loop_guard.proxy.upstream.exchange import HttpExchange, UpstreamHttpError
+from mcp_loop_guard.proxy.upstream.tool_facts import ToolFacts
 from mcp_loop_guard.proxy.wire.messages import Message
 
 logger = logging.getLogger(__name__)

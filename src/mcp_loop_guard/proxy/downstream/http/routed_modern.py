@@ -33,13 +33,13 @@ from mcp_loop_guard.proxy.downstream.http.muxed_stateless import StatelessReques
 from mcp_loop_guard.proxy.downstream.http.replies import speaks_modern
 from mcp_loop_guard.proxy.relay.judge import Judge
 from mcp_loop_guard.proxy.relay.pipe import Pipe
-from mcp_loop_guard.proxy.relay.tools import ToolFacts
 from mcp_loop_guard.proxy.upstream.channel import Channel, Receiver
 from mcp_loop_guard.proxy.upstream.channels import channel, opener
 from mcp_loop_guard.proxy.upstream.exchange import HttpExchange, UpstreamHttpError
 from mcp_loop_guard.proxy.upstream.http_headers import ParamHeaders
 from mcp_loop_guard.proxy.upstream.http_lines import HttpLines
 from mcp_loop_guard.proxy.upstream.router_lists import Catalog
+from mcp_loop_guard.proxy.upstream.tool_facts import ToolFacts
 
 __all__ = ["ModernRequests"]
 
