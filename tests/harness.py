@@ -218,6 +218,8 @@ class Callbacks:
     list_roots: ListRootsFnT | None = None
     logging: LoggingFnT | None = None
     message_handler: MessageHandlerFnT | None = None
+    name: str = "mcp-loop-guard-e2e"
+    """The client's name in its ``initialize``."""
 
     def session(
         self,
@@ -233,7 +235,7 @@ class Callbacks:
             list_roots_callback=self.list_roots,
             logging_callback=self.logging,
             message_handler=self.message_handler,
-            client_info=types.Implementation(name="mcp-loop-guard-e2e", version="0"),
+            client_info=types.Implementation(name=self.name, version="0"),
         )
 
 

@@ -119,6 +119,14 @@ PROCESS: Final[tuple[Setting, ...]] = (
     _http("port", int, 8080, "Port the HTTP server listens on.", ge=1, le=65535),
     _http("stateless", bool, False, "Serve streamable HTTP without sessions (no Mcp-Session-Id)."),
     _http(
+        "child_per_session",
+        bool,
+        False,
+        "Start each stdio server anew for every session, with that client's own handshake (its name, roots and log "
+        "level reach the server, and the server's requests reach that client), instead of one child that every "
+        "session shares. Requests without a session (--stateless, 2026-07-28) still share one.",
+    ),
+    _http(
         "session_key_header",
         str,
         "X-Loop-Guard-Key",

@@ -90,6 +90,7 @@ class Settings(BaseSettings):
     host: str = declared("host")
     port: int = declared("port")
     stateless: bool = declared("stateless")
+    child_per_session: bool = declared("child_per_session")
     session_key_header: str = declared("session_key_header")
     sse_ping_seconds: float = declared("sse_ping_seconds")
     auth_token: SecretStr | None = declared("auth_token")

@@ -23,9 +23,10 @@ SSE = HttpServer("legacy", "http://127.0.0.1:9/sse", transport="sse")
 HTTP_2 = HttpServer("other", "http://127.0.0.1:8/mcp")
 
 
-def _row(transport: str, stateless: bool, *servers: ServerSpec) -> str:
+def _row(transport: str, stateless: bool, *servers: ServerSpec, child_per_session: bool = False) -> str:
     config = GuardConfig(None, servers, FileSettings({}))
-    return topology(plan(config, Settings(transport=transport, stateless=stateless))).row.split(":")[0]
+    settings = Settings(transport=transport, stateless=stateless, child_per_session=child_per_session)
+    return topology(plan(config, settings)).row.split(":")[0]
 
 
 @pytest.mark.parametrize(
@@ -53,6 +54,23 @@ def test_each_plan_is_served_by_its_row(
 ) -> None:
     """One HTTP server relayed, one stdio server shared, one remote server channeled, several routed."""
     assert _row(transport, stateless, *servers) == row
+
+
+@pytest.mark.parametrize(
+    ("transport", "stateless", "servers", "row"),
+    [
+        ("http", False, (STDIO,), "7"),
+        ("sse", False, (STDIO,), "7"),
+        ("http", True, (STDIO,), "7"),
+        ("http", False, (HTTP,), "5"),
+        ("http", False, (STDIO, HTTP), "8"),
+    ],
+)
+def test_a_child_per_session_makes_one_stdio_server_a_channeled_one(
+    transport: str, stateless: bool, servers: tuple[ServerSpec, ...], row: str
+) -> None:
+    """--child-per-session: one stdio server is channeled (a child per session), as a remote server would be."""
+    assert _row(transport, stateless, *servers, child_per_session=True) == row
 
 
 def test_every_row_is_in_the_path_table() -> None:

@@ -1,8 +1,10 @@
-"""The HTTP guard in front of one remote server it does not share: each session over an upstream session of its own.
+"""The HTTP guard in front of one server it does not share: each session over an upstream session of its own.
 
-For a legacy SSE server (whose event stream is its session), and for legacy SSE clients in
-front of one streamable HTTP server. Each of the guard's sessions opens its own session at
-the server when it opens, with the client's own ``initialize``, and ends it when it ends;
+For a legacy SSE server (whose event stream is its session), for legacy SSE clients in front
+of one streamable HTTP server, and for a stdio server started anew for each session
+(``--child-per-session``, as a stdio guard starts one for its client). Each of the guard's
+sessions opens its own session at the server (or its own child) when it opens, with the
+client's own ``initialize``, and ends it when it ends;
 its messages cross as they came, ids and all, and only a ``tools/call`` is judged: the same
 message relay, over the same upstream channels, as a stdio guard's ``--upstream URL``
 (:mod:`~mcp_loop_guard.proxy.upstream.sse_lines`, :mod:`~mcp_loop_guard.proxy.upstream.http_lines`).
@@ -16,7 +18,7 @@ from functools import partial
 
 import anyio
 
-from mcp_loop_guard.config import HttpServer, ServerSpec
+from mcp_loop_guard.config import HttpServer, ServerSpec, StdioServer
 from mcp_loop_guard.metrics import Metrics
 from mcp_loop_guard.plan import Plan
 from mcp_loop_guard.proxy.downstream.agents import agent_loop, judge_for
@@ -40,7 +42,7 @@ class ChanneledRelay(SessionRelay):
     def __init__(
         self,
         plan: Plan,
-        spec: HttpServer,
+        spec: ServerSpec,
         *,
         agents: Agents,
         metrics: Metrics,
@@ -62,8 +64,8 @@ class ChanneledRelay(SessionRelay):
     async def reconfigure(self, servers: Sequence[ServerSpec]) -> str | None:
         """A config reload: the same server with other rules or headers applies to new sessions; else restart."""
         spec = servers[0] if len(servers) == 1 else None
-        if not isinstance(spec, HttpServer) or not self.spec.same_endpoint(spec):
-            return "this guard relays one HTTP server directly; serving other servers needs a restart"
+        if spec is None or not _same_server(self.spec, spec):
+            return "this guard relays one server, each session on its own; serving other servers needs a restart"
         self.spec = spec
         return None if self.shared is None else await self.shared.channel.reconfigure(servers)
 
@@ -95,3 +97,12 @@ class ChanneledRelay(SessionRelay):
         """The session's upstream channel, until the session ends (a streamable HTTP session is DELETEd then)."""
         with connection:
             await pipe.upstream.run()
+
+
+def _same_server(old: ServerSpec, new: ServerSpec) -> bool:
+    """The same endpoint (a URL), or the same command run the same way (a child per session)."""
+    if isinstance(old, HttpServer) and isinstance(new, HttpServer):
+        return old.same_endpoint(new)
+    if isinstance(old, StdioServer) and isinstance(new, StdioServer):
+        return (old.command, old.args, dict(old.env), old.cwd) == (new.command, new.args, dict(new.env), new.cwd)
+    return False

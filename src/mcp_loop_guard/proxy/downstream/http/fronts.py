@@ -63,19 +63,22 @@ def relayed_upstream(plan: Plan) -> HttpServer | None:
     return spec if isinstance(spec, HttpServer) and spec.transport == "http" else None
 
 
-def channeled_upstream(plan: Plan) -> HttpServer | None:
-    """The one remote server an HTTP guard relays for each session over an upstream session of its own.
+def channeled_upstream(plan: Plan) -> ServerSpec | None:
+    """The one server an HTTP guard relays for each session over an upstream session (or child) of its own.
 
-    A legacy SSE server, or a streamable HTTP one in front of legacy SSE clients (whose
-    connections are sessions, ``--stateless`` or not). ``--stateless`` requests to a legacy SSE
-    server, which open no session, are each relayed over a share of one session of the guard's.
+    A legacy SSE server, a streamable HTTP one in front of legacy SSE clients (whose
+    connections are sessions, ``--stateless`` or not), or a stdio server started anew for each
+    session (``--child-per-session``). Requests that open no session (``--stateless``) are each
+    relayed over a share of one session (or child) of the guard's.
     """
     servers = plan.config.servers
     settings = plan.settings
     if settings.transport not in ("http", "sse") or len(servers) != 1:
         return None
     spec = servers[0]
-    if not isinstance(spec, HttpServer) or (spec.transport != "sse" and settings.transport != "sse"):
+    if isinstance(spec, StdioServer):
+        return spec if settings.child_per_session else None
+    if spec.transport != "sse" and settings.transport != "sse":
         return None
     return spec
 
@@ -87,7 +90,7 @@ def muxed_upstream(plan: Plan) -> StdioServer | None:
     """
     servers = plan.config.servers
     settings = plan.settings
-    if settings.transport not in ("http", "sse") or len(servers) != 1:
+    if settings.transport not in ("http", "sse") or len(servers) != 1 or settings.child_per_session:
         return None
     spec = servers[0]
     return spec if isinstance(spec, StdioServer) else None
@@ -156,11 +159,15 @@ async def channeled_front(plan: Plan, at: Start) -> Served:
     scope = anyio.CancelScope()
 
     async def probe(
-        spec: HttpServer,
+        spec: ServerSpec,
         scope: anyio.CancelScope,
         *,
         task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED,
     ) -> None:
+        if not isinstance(spec, HttpServer):  # a child per session: nothing to keep up between sessions
+            probes.clear()
+            task_status.started()
+            return
         exchange = HttpExchange(spec) if spec.transport != "sse" else None
         probes[:] = [SseProbe(spec, plan.limits) if exchange is None else HttpProbe(spec, plan.limits, exchange)]
         with scope:
@@ -174,7 +181,7 @@ async def channeled_front(plan: Plan, at: Start) -> Served:
     async def reconfigure(servers: Sequence[ServerSpec]) -> str | None:
         nonlocal scope
         problem = await sessions.reconfigure(servers)
-        if problem is None and probes[0].spec != sessions.spec:
+        if problem is None and (not probes or probes[0].spec != sessions.spec):
             old, scope = scope, anyio.CancelScope()
             old.cancel()
             await tg.start(probe, sessions.spec, scope)

@@ -119,6 +119,8 @@ class RoutedRelay(SessionRelay):
     async def _supervise(self, spec: ServerSpec) -> None:
         assert self._tg_supervising is not None
         scope = anyio.CancelScope()
+        if isinstance(spec, StdioServer) and self.settings.child_per_session:
+            return  # each session starts its own child: nothing to keep up between sessions
         if isinstance(spec, StdioServer):
             child = SharedChild(spec, self.plan.limits)
             child.on_change(self._attach)
@@ -133,7 +135,7 @@ class RoutedRelay(SessionRelay):
         await self._tg_supervising.start(_supervised, slot, scope)
 
     def _order(self) -> None:
-        self.slots[:] = [self.supervised[spec.name][0] for spec in self.specs]
+        self.slots[:] = [self.supervised[spec.name][0] for spec in self.specs if spec.name in self.supervised]
 
     def _child(self, name: str) -> SharedChild | None:
         found = self.supervised.get(name)
@@ -189,9 +191,12 @@ class RoutedRelay(SessionRelay):
                 if gone is not None:
                     gone[1].cancel()
                 await self._supervise(spec)
-                await self.supervised[spec.name][0].wait_settled(START_TIMEOUT)  # clients then see its tools
+                if spec.name in self.supervised:
+                    await self.supervised[spec.name][0].wait_settled(START_TIMEOUT)  # clients then see its tools
         for name in set(old) - {spec.name for spec in servers}:
-            self.supervised.pop(name)[1].cancel()
+            gone = self.supervised.pop(name, None)
+            if gone is not None:
+                gone[1].cancel()
         self._order()
         self.modern.reconfigured()
         for session in list(self.sessions.live.values()):
@@ -231,8 +236,8 @@ class RoutedRelay(SessionRelay):
         return session
 
     def _member(self, spec: ServerSpec, receiver: Receiver) -> Channel:
-        """A stdio server: a share of its child; an HTTP server: an upstream session of the guard session's own."""
-        if isinstance(spec, HttpServer):
+        """A stdio server: a share of its child (or a child of its own); an HTTP server: a session of its own."""
+        if isinstance(spec, HttpServer) or self.settings.child_per_session:
             return channel(spec, receiver, limits=self.limits, lenient=True)
         label = f"`{spec.public_name}`"
 
