@@ -52,6 +52,8 @@ class SharedChannel:
         self.down = replies.NOT_CONNECTED_YET
         self.facts = ToolFacts()
         """What any request's relay learnt of the tools, for every request's (a call lists nothing first)."""
+        self.first_try = anyio.Event()
+        """Set once the guard's first handshake was answered or failed (:attr:`down` says which)."""
 
     @property
     def label(self) -> str:
@@ -87,9 +89,11 @@ class SharedChannel:
                 except (TimeoutError, HandshakeRefusedError, UpstreamDownError) as exc:
                     failures += 1
                     self.down = replies.upstream(self.label, str(exc) or replies.NO_HANDSHAKE)
+                    self.first_try.set()
                     logger.log(logging.WARNING if failures == 1 else logging.DEBUG, "%s; trying again", self.down)
                     await anyio.sleep(self._backoff.delay(failures))
             self.down = ""
+            self.first_try.set()
             await anyio.sleep_forever()
 
     # --- the mux's carrier ---------------------------------------------------------------------
@@ -140,10 +144,10 @@ class _Share(MuxView):
 
     async def send_message(self, message: Message) -> None:
         """A request that comes during the guard's first handshake waits a little for it; once one failed, it fails
-        at once with why (the handshake is tried again meanwhile)."""
-        if self.mux is None and self.shared.down == replies.NOT_CONNECTED_YET:
+        at once with why (the handshake is tried again meanwhile), even one that was waiting for it."""
+        if self.mux is None and not self.shared.first_try.is_set():
             with anyio.move_on_after(self.shared.limits.call_timeout or FIRST_WAIT):
-                await self.shared.mux.ready.wait()
+                await self.shared.first_try.wait()
         self.down = self.shared.down or self.down
         await super().send_message(message)
 
