@@ -8,6 +8,7 @@ line the guard writes back, exactly.
 from __future__ import annotations
 
 import json
+import os
 import signal
 import sys
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
@@ -220,8 +221,17 @@ class RawGuard:
         return children[0]
 
     def signal(self, signum: signal.Signals) -> None:
-        """Sends a signal to the guard process alone (not its group)."""
-        self.process.send_signal(signum)
+        """Sends a signal to the guard process alone (not its group), as a client does: with kill(2).
+
+        Not with ``Process.send_signal``: that polls the process first (``waitpid``), so it reaps
+        a guard that has just exited before the event loop's child watcher does; the watcher then
+        finds no child and reports status 255 instead of the guard's own.
+
+        Raises:
+            ProcessLookupError: the guard is gone.
+        """
+        if self.process.returncode is None:
+            os.kill(self.process.pid, signum)
 
     async def wait_exit(self, within: float) -> int:
         """Waits up to ``within`` seconds for the guard to exit; returns its exit status."""
