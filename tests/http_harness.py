@@ -187,6 +187,17 @@ class ServerProcess:
         connections = psutil.Process(self.process.pid).net_connections(kind="tcp")
         return sum(1 for c in connections if c.status == psutil.CONN_ESTABLISHED and c.laddr.port == self.port)
 
+    def signal(self, signum: signal.Signals) -> None:
+        """Sends a signal to the server process alone, as a client does: with kill(2), while it has not exited.
+
+        Not with ``Process.send_signal``: that polls the process first (``waitpid``), so it reaps
+        a server that has just exited before the event loop's child watcher does; the watcher then
+        finds no child and reports status 255 instead of the server's own.
+        """
+        if self.process.returncode is None:
+            with suppress(ProcessLookupError):  # exited meanwhile, not reaped by us
+                os.kill(self.process.pid, signum)
+
     async def wait_exit(self, within: float) -> int:
         """Waits up to ``within`` seconds for the server to exit; returns its exit status."""
         with anyio.fail_after(within):

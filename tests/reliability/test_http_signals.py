@@ -56,9 +56,9 @@ async def test_second_sigint_exits_without_traceback(rig: Rig, line_log: Path) -
     async with rig.guard(STUBBORN, env={"LINE_SERVER_LOG": str(line_log)}) as guard, anyio.create_task_group() as tg:
         await start_hanging_call(guard, line_log, tg)
         family = guard.descendants()
-        guard.process.send_signal(signal.SIGINT)
+        guard.signal(signal.SIGINT)
         await anyio.sleep(0.1)  # the second press comes while the first is being handled: the point of the test
-        guard.process.send_signal(signal.SIGINT)
+        guard.signal(signal.SIGINT)
         status = await guard.wait_exit(15)
         tg.cancel_scope.cancel()
     left = await wait_gone(family, 5)
@@ -73,11 +73,11 @@ async def test_sigint_while_stopping_upstreams_exits_without_traceback(rig: Rig,
     async with rig.guard(STUBBORN, env={"LINE_SERVER_LOG": str(line_log)}) as guard, anyio.create_task_group() as tg:
         await start_hanging_call(guard, line_log, tg)
         family = guard.descendants()
-        guard.process.send_signal(signal.SIGINT)
+        guard.signal(signal.SIGINT)
         with anyio.fail_after(10):
             await eventually(lambda: any(entry.get("event") == "stdin closed" for entry in read_json_lines(line_log)))
         assert guard.process.returncode is None, "the guard exited before the stubborn upstream was stopped"
-        guard.process.send_signal(signal.SIGINT)
+        guard.signal(signal.SIGINT)
         status = await guard.wait_exit(15)
         tg.cancel_scope.cancel()
     left = await wait_gone(family, 5)
@@ -115,7 +115,7 @@ async def test_call_in_flight_at_sigterm_gets_an_error_on_its_stream(rig: Rig, l
             tg.start_soon(call, client, headers)
             with anyio.fail_after(10):
                 await eventually(lambda: any(message.get("method") == "tools/call" for message in received(line_log)))
-            guard.process.send_signal(signal.SIGTERM)
+            guard.signal(signal.SIGTERM)
             with anyio.fail_after(15):
                 await answered.wait()
         status = await guard.wait_exit(10)
