@@ -171,6 +171,8 @@ class OneHttpServer:
         """What the server says goes to ``receiver``."""
         self.spec = spec
         self.exchange = HttpExchange(spec)
+        self.owns_exchange = True
+        """Whether the exchange's connections are this channel's alone (closed with it)."""
         self.receiver = receiver
         self.max_bytes = max_bytes
         self.handshake_timeout = handshake_timeout
@@ -189,6 +191,11 @@ class OneHttpServer:
     def label_for(self, ident: RequestId) -> str:
         """Every request goes to the one server."""
         return self.label
+
+    def share(self, exchange: HttpExchange) -> None:
+        """Send through ``exchange``, whose keep-alive connections others use too (so it is not closed with this)."""
+        self.exchange = exchange
+        self.owns_exchange = False
 
     async def reconfigure(self, servers: Sequence[ServerSpec]) -> str | None:
         """The same endpoint with new headers goes with the next request (a rotated token); why not, otherwise:

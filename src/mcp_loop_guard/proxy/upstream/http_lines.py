@@ -87,7 +87,8 @@ class HttpLines(HttpStreams):
         finally:
             with anyio.CancelScope(shield=True), anyio.move_on_after(2.0):
                 await self._end_session()
-                await self.exchange.aclose()
+                if self.owns_exchange:
+                    await self.exchange.aclose()
 
     def learn_tools(self, tools: list[Any]) -> None:
         """Keep the tools' ``Mcp-Param-*`` declarations, for 2026-07-28 calls."""

@@ -6,9 +6,10 @@ server that answers it, no era needs translating, so each request is relayed on 
 as a ``--stateless`` one is, through a router of its own whose members post to each server
 without a session; what belongs to the request (progress, log messages, a listen stream's
 notifications) comes back on its own response, and nothing of it can reach another
-client's. The routers share what the servers listed: where each exported name goes, the
+client's. The routers share what the servers listed (where each exported name goes, the
 tools' annotations, and which of a tool's arguments its calls mirror in ``Mcp-Param-*``
-headers; so a call is routed, judged and sent without a list of its own first.
+headers), so a call is routed, judged and sent without a list of its own first, and each
+server's keep-alive connections, so a request opens none of its own.
 
 A server that speaks only the handshake era (every stdio server, which the guard's sessions
 share, and every legacy SSE server) needs its era translated: then such requests go to the
@@ -95,6 +96,8 @@ class ModernRequests:
         """The tools' annotations, learnt by any request's list: a call's relay lists nothing first to judge it."""
         self.params: dict[str, ParamHeaders] = {}
         """Each server's ``Mcp-Param-*`` declarations, learnt by any request's list, used by every call."""
+        self.exchanges: dict[str, HttpExchange] = {}
+        """Each server's pool of keep-alive connections (its probe's), which every request's router posts through."""
         self.modern: dict[str, bool] = {}
         """Each server's answer: whether it speaks 2026-07-28 (a server not asked yet is not in it)."""
         self._asking = anyio.Lock()
@@ -112,6 +115,7 @@ class ModernRequests:
         """
         if not all(isinstance(spec, HttpServer) and spec.transport == "http" for spec in specs):
             return False
+        self.exchanges = exchanges
         async with self._asking:
             for spec in specs:
                 if spec.name not in self.modern:
@@ -149,4 +153,7 @@ class ModernRequests:
         member = channel(spec, receiver, limits=self.relay.limits, lenient=True)
         if isinstance(member, HttpLines):
             member.params = self.params.setdefault(spec.name, ParamHeaders())
+            exchange = self.exchanges.get(spec.name)
+            if exchange is not None:
+                member.share(exchange)  # no new connection (nor TLS handshake) for each request
         return member
