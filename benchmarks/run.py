@@ -155,7 +155,7 @@ async def _memory(run: Run, task: TaskID) -> None:
 async def _idle_rss(run: Run, task: TaskID, *, case: str, via: str, server: psutil.Process, url: str) -> Row:
     before = server.memory_info().rss
     opened = await http_load.open_idle_sessions(url, run.size.idle_sessions, run.log, run.advancer(task))
-    await anyio.sleep(1.0)  # let the server finish whatever each session started
+    await anyio.sleep(run.size.settle_seconds)  # let the server finish whatever each session started
     after = server.memory_info().rss
     values: dict[str, float | int | str] = {
         "sessions": opened,
@@ -169,7 +169,7 @@ async def _idle_rss(run: Run, task: TaskID, *, case: str, via: str, server: psut
 async def _keys_rss(run: Run, task: TaskID, *, via: str, server: psutil.Process, url: str) -> Row:
     before = server.memory_info().rss
     touched = await http_load.touch_keys(url, run.size.idle_sessions, run.log, run.advancer(task))
-    await anyio.sleep(1.0)
+    await anyio.sleep(run.size.settle_seconds)
     after = server.memory_info().rss
     values: dict[str, float | int | str] = {
         "keys": touched,

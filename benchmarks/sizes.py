@@ -31,26 +31,29 @@ class Size:
     detector_checkpoints: tuple[int, ...]
     profile_calls: int
     startup_rounds: int
+    settle_seconds: float
+    """How long a memory measurement waits for the server to finish what each session started."""
 
 
 SMOKE = Size(
     name="smoke",
-    echo_calls=30,
-    echo_warmup=5,
-    large_calls=4,
+    echo_calls=6,
+    echo_warmup=1,
+    large_calls=2,
     large_warmup=1,
     large_bytes=100_000,
-    http_sessions=4,
-    http_calls=3,
+    http_sessions=2,
+    http_calls=2,
     http_rounds=2,
-    idle_sessions=20,
-    text_bytes=1_000_000,
-    image_bytes=500_000,
-    fingerprint_repeats=3,
-    detector_calls=2_000,
-    detector_checkpoints=(10, 1_000, 2_000),
-    profile_calls=50,
-    startup_rounds=2,
+    idle_sessions=3,
+    text_bytes=100_000,
+    image_bytes=50_000,
+    fingerprint_repeats=2,
+    detector_calls=200,
+    detector_checkpoints=(10, 100, 200),
+    profile_calls=10,
+    startup_rounds=1,
+    settle_seconds=0.1,
 )
 
 FULL = Size(
@@ -71,6 +74,7 @@ FULL = Size(
     detector_checkpoints=(10, 1_000, 10_000, 100_000, 1_000_000),
     profile_calls=3_000,
     startup_rounds=15,
+    settle_seconds=1.0,
 )
 
 SIZES = {size.name: size for size in (SMOKE, FULL)}
