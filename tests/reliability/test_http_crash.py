@@ -37,9 +37,9 @@ pytestmark = [pytest.mark.e2e, pytest.mark.anyio]
 TIME_ARGS = ["--", str(TIME_BIN), "--local-timezone", "UTC"]
 CONVERT = {"source_timezone": "UTC", "time": "12:00", "target_timezone": "Europe/Paris"}
 """Arguments whose result never changes, so repeating them builds a streak."""
-IDLE_SECONDS = 1
-EXPIRY_WAIT = 5.0
-"""Long enough for a keyed state idle for IDLE_SECONDS to be swept (sweeps run every IDLE_SECONDS)."""
+IDLE_SECONDS = 0.25
+EXPIRY_WAIT = 1.5
+"""Long enough for a keyed state idle for IDLE_SECONDS to be swept (sweeps run every IDLE_SECONDS): six sweeps."""
 SIGTERM_STATUS = 128 + signal.SIGTERM
 
 
