@@ -137,7 +137,7 @@ def texts_of(message: dict[str, object]) -> list[str]:
 async def test_an_unreachable_sse_server_is_named_in_the_answer(rig: Rig) -> None:
     """Nothing listens at the URL: the client's initialize gets an error that names the upstream, at once."""
     url = f"http://127.0.0.1:{free_port()}/sse"
-    async with _guard_in_front(rig, url, "--call-timeout-seconds", "5") as guard:
+    async with _guard_in_front(rig, url, "--call-timeout-seconds", "1") as guard:
         with anyio.fail_after(20):
             opened = await http_post(guard.mcp_url, initialize_body())
     error = [json.loads(line[6:]) for line in opened.text.splitlines() if line.startswith("data: ") and line[6:]]
