@@ -267,7 +267,7 @@ async def test_a_server_that_never_answers_holds_nothing_up(rig: Rig) -> None:
         pytest.RaisesExc(MCPError, match="did not answer initialize"), flatten_subgroups=True
     )
     async with rig.raw_http("silent") as server:
-        argv = guard_command([], _guard_args(server.mcp_url, "--call-timeout-seconds", "2"))
+        argv = guard_command([], _guard_args(server.mcp_url, "--call-timeout-seconds", "1"))
         params = StdioServerParameters(command=argv[0], args=argv[1:], env=server_environment(rig.marker, None))
         with anyio.fail_after(20), timed_out:
             async with Client(params, mode="legacy"):
