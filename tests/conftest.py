@@ -43,6 +43,30 @@ for _name in [name for name in os.environ if name.upper().startswith("LOOP_GUARD
 atexit.register(shutil.rmtree, RUN_HOME, ignore_errors=True)
 
 
+LONG_FIRST = (
+    "tests/e2e/test_tasks.py",
+    "tests/test_benchmarks_smoke.py",
+    "tests/clients/test_claude_code.py",
+    "tests/e2e/test_corpus_record.py",
+    "tests/store/test_state_wire.py",
+    "tests/e2e/test_http_stateless_relay.py",
+    "tests/e2e/test_time_server.py",
+    "tests/reliability/test_upstream_flood.py",
+    "tests/e2e/test_docs_commands.py",
+)
+"""Test files with the longest tests (10 to 20 s each, mostly waiting on servers), in the order they run first."""
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Runs the files of LONG_FIRST before the rest, each file's tests still together and in their order.
+
+    Workers take tests from the front of the list and idle ones take over the end of a busy one's
+    share; a 20 s test taken last would end the run alone while the other workers wait.
+    """
+    rank = {path: place for place, path in enumerate(LONG_FIRST)}
+    items.sort(key=lambda item: rank.get(item.nodeid.partition("::")[0], len(LONG_FIRST)))
+
+
 @pytest.fixture(scope="session", autouse=True)
 def prefork_server() -> Iterator[None]:
     """This test process's fork server: our SDK-based fixture servers start as its forks (tests/fixtures/prefork.py).
