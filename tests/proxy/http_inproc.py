@@ -118,6 +118,11 @@ async def serving_config(config: GuardConfig, **settings: Any) -> AsyncIterator[
             guard.stop.drain()
             tg.cancel_scope.cancel()
     finally:
+        # Cancelled, uvicorn leaves its listening sockets watched by the event loop: a socket closed
+        # under that watch would leave its number registered, and the next guard of this loop whose
+        # socket gets that number would never hear a connection.
+        for server in getattr(guard.stop.server, "servers", ()):
+            server.close()
         for listening in sockets:
             listening.close()
 
