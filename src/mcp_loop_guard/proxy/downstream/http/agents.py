@@ -131,16 +131,24 @@ class Agents:
             return agent
         if len(self.held) >= self.limit:
             self._evict_one()
-        state = None
-        if not self.store.shared:
-            try:
-                state = await self.store.load(key)
-            except StoreError as error:
-                self.health.failed(error, now)
-        loop = agent_loop(self.plan, self.store, self.health, key, state)
-        agent = KeyedAgent(key, judge_for(self.plan, loop, label=key, events=self.events, observe=self.observe), now)
+        agent = KeyedAgent(key, self.judge(key, await self.stored(key)), now)
         self.held[key] = agent
         return agent
+
+    async def stored(self, key: str) -> State | None:
+        """What the store kept of ``key``'s loop; None when the store is shared (read at each call) or failed."""
+        if self.store.shared:
+            return None
+        try:
+            return await self.store.load(key)
+        except StoreError as error:
+            self.health.failed(error, time.time())
+            return None
+
+    def judge(self, key: str, state: State | None = None) -> Judge:
+        """The judge of the agent ``key`` names, going on from ``state``."""
+        loop = agent_loop(self.plan, self.store, self.health, key, state)
+        return judge_for(self.plan, loop, label=key, events=self.events, observe=self.observe)
 
     def _evict_one(self) -> None:
         for key, agent in self.held.items():

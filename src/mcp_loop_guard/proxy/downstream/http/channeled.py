@@ -21,7 +21,6 @@ import anyio
 from mcp_loop_guard.config import HttpServer, ServerSpec, StdioServer
 from mcp_loop_guard.metrics import Metrics
 from mcp_loop_guard.plan import Plan
-from mcp_loop_guard.proxy.downstream.agents import agent_loop, judge_for
 from mcp_loop_guard.proxy.downstream.http.agents import Agents
 from mcp_loop_guard.proxy.downstream.http.middleware import HostRules
 from mcp_loop_guard.proxy.downstream.http.muxed_sessions import MuxedSession
@@ -75,9 +74,7 @@ class ChanneledRelay(SessionRelay):
             return self.request_session(token, kind, judge)
         assert self._tg is not None, "the relay is not running"
         session = self.sessions.new(token, None, kind=kind)
-        key = self.sessions.key(session)
-        loop = agent_loop(self.plan, self.agents.store, self.agents.health, key)
-        judge = judge_for(self.plan, loop, label=key, events=self.agents.events, observe=self.agents.observe)
+        judge = self.agents.judge(self.sessions.key(session))
         aborted = partial(self.aborted, session)
         pipe = Pipe(
             opener([self.spec], self.limits),

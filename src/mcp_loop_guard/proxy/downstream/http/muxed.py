@@ -23,7 +23,6 @@ import anyio.abc
 from mcp_loop_guard.config import ServerSpec, StdioServer
 from mcp_loop_guard.metrics import Metrics
 from mcp_loop_guard.plan import Plan
-from mcp_loop_guard.proxy.downstream.agents import agent_loop, judge_for
 from mcp_loop_guard.proxy.downstream.http.agents import Agents
 from mcp_loop_guard.proxy.downstream.http.middleware import HostRules
 from mcp_loop_guard.proxy.downstream.http.muxed_sessions import MuxedSession
@@ -146,9 +145,7 @@ class MuxedRelay(SessionRelay):
         spec = self.slot.spec
         if judge is None:
             session = self.sessions.new(token, None, kind=kind)
-            key = self.sessions.key(session)
-            loop = agent_loop(self.plan, self.agents.store, self.agents.health, key)
-            judge = judge_for(self.plan, loop, label=key, events=self.agents.events, observe=self.agents.observe)
+            judge = self.agents.judge(self.sessions.key(session))
         else:
             session = MuxedSession(b"", token, None, kind=kind)
         aborted = partial(self.aborted, session)

@@ -23,7 +23,6 @@ from mcp_loop_guard import codec
 from mcp_loop_guard.core import replies
 from mcp_loop_guard.metrics import Metrics
 from mcp_loop_guard.plan import Plan
-from mcp_loop_guard.proxy.downstream.agents import agent_loop, judge_for
 from mcp_loop_guard.proxy.downstream.http.agents import Agents
 from mcp_loop_guard.proxy.downstream.http.middleware import reply, sessions_busy
 from mcp_loop_guard.proxy.downstream.session_table import SessionTable
@@ -31,7 +30,6 @@ from mcp_loop_guard.proxy.relay.judge import Judge
 from mcp_loop_guard.proxy.relay.tasks import HeldTasks
 from mcp_loop_guard.proxy.upstream.exchange import HttpExchange, UpstreamHttpError
 from mcp_loop_guard.proxy.wire.messages import own_request_id
-from mcp_loop_guard.store import StoreError
 
 logger = logging.getLogger(__name__)
 
@@ -121,18 +119,11 @@ class RelayedSessions:
         if existing is not None:
             return existing
         key = f"session:{token or '-'}/{session_id.decode('latin-1')}"
-        store = self.agents.store
-        state = None
-        if not store.shared:
-            try:
-                state = await store.load(key)
-            except StoreError as error:
-                self.agents.health.failed(error, time.time())
+        state = await self.agents.stored(key)
         existing = self.table.get(session_id)
         if existing is not None:  # opened by another request meanwhile
             return existing
-        loop = agent_loop(self.plan, store, self.agents.health, key, state)
-        judge = judge_for(self.plan, loop, label=key, events=self.agents.events, observe=self.agents.observe)
+        judge = self.agents.judge(key, state)
         session = RelayedSession(session_id, token, judge, HeldTasks(judge))
         self.table.add(session)
         return session

@@ -27,7 +27,6 @@ from mcp_loop_guard.config import HttpServer, ServerSpec, StdioServer
 from mcp_loop_guard.core import replies
 from mcp_loop_guard.metrics import Metrics
 from mcp_loop_guard.plan import Limits, Plan
-from mcp_loop_guard.proxy.downstream.agents import agent_loop, judge_for
 from mcp_loop_guard.proxy.downstream.http.agents import Agents
 from mcp_loop_guard.proxy.downstream.http.middleware import HostRules, reply
 from mcp_loop_guard.proxy.downstream.http.muxed_sessions import MuxedSession
@@ -214,9 +213,7 @@ class RoutedRelay(SessionRelay):
             return self.request_session(token, kind, judge)
         assert self._tg is not None, "the relay is not running"
         session = self.sessions.new(token, None, kind=kind)
-        key = self.sessions.key(session)
-        loop = agent_loop(self.plan, self.agents.store, self.agents.health, key)
-        judge = judge_for(self.plan, loop, label=key, events=self.agents.events, observe=self.agents.observe)
+        judge = self.agents.judge(self.sessions.key(session))
         catalog = Catalog(self.owners, on_listed=self.metrics.learn, on_dropped=self.metrics.dropped)
         reach = opener(self.specs, self.limits, member=self._member, catalog=catalog, usable=self.usable)
         aborted = partial(self.aborted, session)
