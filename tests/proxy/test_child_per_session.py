@@ -20,6 +20,7 @@ import mcp_types as types
 import psutil
 import pytest
 from mcp import ClientSession
+from mcp.shared.exceptions import MCPError
 
 from mcp_loop_guard.config import StdioServer
 from tests.harness import FIXTURES_DIR, Callbacks, action, eventually, texts
@@ -130,3 +131,28 @@ async def test_each_legacy_sse_connection_gets_a_child_of_its_own() -> None:
                 seen[name] = await whoami(opened.session)
     assert {name: found["client"] for name, found in seen.items()} == {"alpha": "alpha", "beta": "beta"}
     assert seen["alpha"]["pid"] != seen["beta"]["pid"]
+
+
+async def test_a_child_that_cannot_start_fails_its_session_not_the_guard() -> None:
+    """A command that does not start: each session's handshake gets an error naming the server, and the guard
+    serves on."""
+    missing = StdioServer("who", "/nonexistent/mcp-server")
+    refused = []
+    async with serving_guard([missing], child_per_session=True) as guard:
+        for name in ("alpha", "beta"):
+            try:
+                with anyio.fail_after(30):
+                    async with sessions(guard.url, name):
+                        pass
+            except* MCPError as caught:
+                refused.extend(str(error) for error in _leaves(caught))
+        await guard.stays_up(0.5)
+    assert refused == ["cannot start upstream `who`: No such file or directory"] * 2
+
+
+def _leaves(group: BaseExceptionGroup[MCPError]) -> list[BaseException]:
+    """The exceptions in a group, however nested."""
+    found: list[BaseException] = []
+    for error in group.exceptions:
+        found.extend(_leaves(error) if isinstance(error, BaseExceptionGroup) else [error])
+    return found

@@ -29,7 +29,7 @@ from mcp_loop_guard.proxy.downstream.http.session_relay import SessionRelay
 from mcp_loop_guard.proxy.downstream.http.translating import Translating
 from mcp_loop_guard.proxy.relay.judge import Judge
 from mcp_loop_guard.proxy.relay.pipe import Pipe
-from mcp_loop_guard.proxy.upstream.channels import opener
+from mcp_loop_guard.proxy.upstream.channels import channel, opener
 from mcp_loop_guard.proxy.upstream.shared_channel import SharedChannel
 
 __all__ = ["ChanneledRelay"]
@@ -76,8 +76,9 @@ class ChanneledRelay(SessionRelay):
         session = self.sessions.new(token, None, kind=kind)
         judge = self.agents.judge(self.sessions.key(session))
         aborted = partial(self.aborted, session)
+        # A child that cannot start fails this session's requests, not the guard (lenient).
         pipe = Pipe(
-            opener([self.spec], self.limits),
+            partial(channel, self.spec, limits=self.limits, lenient=True),
             session.send,
             judge,
             server=self.spec.name,
