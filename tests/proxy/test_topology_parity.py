@@ -50,8 +50,12 @@ ROWS: dict[str, tuple[str, bool, str]] = {
     "8 (HTTP servers)": ("http", False, "http+http"),
     "8 (SSE front)": ("sse", False, "stdio+sse"),
     "8s": ("http", True, "stdio+http"),
+    "7 (child per session)": ("http", False, "stdio"),
+    "8 (child per session)": ("http", False, "stdio+http"),
 }
 """Row -> (the guard's transport, ``--stateless``, its upstreams, each called a, b, ...)."""
+CHILD_PER_SESSION = {"7 (child per session)", "8 (child per session)"}
+"""Rows served with ``--child-per-session``: a stdio server started for each session."""
 CASES = [
     (row, era)
     for row, (transport, _, _) in ROWS.items()
@@ -160,7 +164,11 @@ async def test_every_row_shows_the_direct_facts_and_refuses_the_loop(row: str, e
                 return await facts(session)
 
         direct = await _within(seen_directly)
-    async with upstreams(kinds) as specs, serving_guard(specs, transport=transport, stateless=stateless) as guard:
+    per_session = row in CHILD_PER_SESSION
+    async with (
+        upstreams(kinds) as specs,
+        serving_guard(specs, transport=transport, stateless=stateless, child_per_session=per_session) as guard,
+    ):
 
         async def seen_through_the_guard() -> dict[str, Any]:
             async with client(guard.url, era) as session:
@@ -178,7 +186,9 @@ async def test_every_row_tells_a_listening_2026_client_that_a_servers_tools_chan
     prefix = "a__" if "+" in kinds else ""
     async with (
         upstreams(kinds) as specs,
-        serving_guard(specs, transport=transport, stateless=stateless) as guard,
+        serving_guard(
+            specs, transport=transport, stateless=stateless, child_per_session=row in CHILD_PER_SESSION
+        ) as guard,
         Client(guard.url, mode="auto") as modern,
     ):
         assert modern.protocol_version == "2026-07-28"
