@@ -45,6 +45,7 @@ from tests.http_harness import (
     sdk_modules,
     tool_call_body,
 )
+from tests.proxy.http_inproc import InProcessServer, serving_counting
 
 pytestmark = [pytest.mark.e2e, pytest.mark.anyio]
 
@@ -56,7 +57,7 @@ def _guard_in_front(
     return rig.guard(["--config", str(config), *args], env=env)
 
 
-def _connections_to(guard: ServerProcess, server: ServerProcess) -> int:
+def _connections_to(guard: ServerProcess, server: ServerProcess | InProcessServer) -> int:
     """The guard's open TCP connections to the server's port."""
     connections = psutil.Process(guard.process.pid).net_connections(kind="tcp")
     return sum(1 for c in connections if c.raddr and c.raddr.port == server.port and c.status == "ESTABLISHED")
@@ -91,7 +92,7 @@ async def test_a_loop_ends_its_own_session_and_its_upstream_session_only(rig: Ri
     """Warned at 3, refused at 5, aborted at 7; the session's id then gets 404, its SSE session at the server ends."""
     log = tmp_path / "calls.jsonl"
     async with (
-        rig.counting_sse(log) as counting,
+        serving_counting(log, sse=True) as counting,
         _guard_in_front(rig, counting.url("/sse")) as guard,
         open_http_session(guard.mcp_url) as looping,
         open_http_session(guard.mcp_url) as bystander,
@@ -114,7 +115,7 @@ async def test_a_loop_ends_its_own_session_and_its_upstream_session_only(rig: Ri
 async def test_a_cut_call_stream_is_resumed_in_front_of_an_sse_server(rig: Rig, tmp_path: Path) -> None:
     """The events a cut stream missed, the answer included, come on a GET with Last-Event-ID; the call ran once."""
     log = tmp_path / "calls.jsonl"
-    async with rig.counting_sse(log) as counting, _guard_in_front(rig, counting.url("/sse")) as guard:
+    async with serving_counting(log, sse=True) as counting, _guard_in_front(rig, counting.url("/sse")) as guard:
         session = await raw_session(guard.mcp_url)
         body = tool_call_body("slow", {"seconds": 1.0}, request_id=5)
         body["params"]["_meta"] = {"progressToken": "t"}
@@ -148,7 +149,7 @@ async def test_legacy_sse_clients_are_relayed_to_a_streamable_http_server(rig: R
     """``--transport sse`` in front of one streamable HTTP server: each connection its own server session, judged."""
     log = tmp_path / "calls.jsonl"
     async with (
-        rig.counting_http(log) as counting,
+        serving_counting(log) as counting,
         _guard_in_front(rig, counting.mcp_url, "--transport", "sse") as guard,
         open_sse_session(guard.url("/sse")) as looping,
         open_sse_session(guard.url("/sse")) as bystander,

@@ -40,7 +40,7 @@ from tests.http_harness import (
     sdk_modules,
     tool_call_body,
 )
-from tests.proxy.http_inproc import InProcessGuard, serving_cli
+from tests.proxy.http_inproc import InProcessGuard, InProcessServer, serving_cli, serving_counting
 
 pytestmark = [pytest.mark.anyio, pytest.mark.e2e]
 
@@ -137,9 +137,9 @@ async def test_the_session_id_is_the_servers(rig: Rig, mode: Mode) -> None:
 
 
 @asynccontextmanager
-async def counting_guard(rig: Rig, tmp_path: Path, *args: str) -> AsyncIterator[tuple[InProcessGuard, ServerProcess]]:
-    """The counting fixture over HTTP, and the guard in front of it."""
-    async with rig.counting_http(tmp_path / "calls.jsonl") as counting:
+async def counting_guard(rig: Rig, tmp_path: Path, *args: str) -> AsyncIterator[tuple[InProcessGuard, InProcessServer]]:
+    """The counting fixture over HTTP, and the guard in front of it, both in process."""
+    async with serving_counting(tmp_path / "calls.jsonl") as counting:
         config = rig.config({"counting": {"type": "http", "url": counting.mcp_url}})
         async with serving_cli(["--config", str(config), *args], state=None) as guard:
             yield guard, counting
@@ -178,7 +178,7 @@ async def test_a_session_belongs_to_the_token_that_opened_it(
 ) -> None:
     """Another token's client cannot use (or judge itself by) a session it did not open."""
     env = {"LOOP_GUARD_AUTH_TOKENS": "alice:secret-a,bob:secret-b"}
-    async with rig.counting_http(tmp_path / "calls.jsonl") as counting:
+    async with serving_counting(tmp_path / "calls.jsonl") as counting:
         config = rig.config({"counting": {"type": "http", "url": counting.mcp_url}})
         guard_env(monkeypatch, env)
         async with serving_cli(["--config", str(config)], state=None) as guard:
@@ -237,12 +237,17 @@ async def test_readyz_follows_the_server_down_and_back_and_names_a_refusal(rig: 
 
 async def test_an_upstream_that_dies_mid_session_gives_the_call_an_error_result(rig: Rig, tmp_path: Path) -> None:
     """The server is killed: the next call is an isError result the model can read, not a broken connection."""
-    async with counting_guard(rig, tmp_path) as (guard, counting), open_http_session(guard.mcp_url) as opened:
-        with anyio.fail_after(30):
-            assert texts(await opened.session.call_tool("echo", {"text": "before"})) == ["before"]
-            counting.process.kill()
-            await counting.process.wait()
-            after = await opened.session.call_tool("echo", {"text": "after"})
+    async with rig.counting_http(tmp_path / "calls.jsonl") as counting:
+        config = rig.config({"counting": {"type": "http", "url": counting.mcp_url}})
+        async with (
+            serving_cli(["--config", str(config)], state=None) as guard,
+            open_http_session(guard.mcp_url) as opened,
+        ):
+            with anyio.fail_after(30):
+                assert texts(await opened.session.call_tool("echo", {"text": "before"})) == ["before"]
+                counting.process.kill()
+                await counting.process.wait()
+                after = await opened.session.call_tool("echo", {"text": "after"})
     assert after.is_error
     assert "upstream 'counting' is unreachable" in texts(after)[0]
 
@@ -292,7 +297,7 @@ async def test_sessions_are_capped_and_the_least_recently_used_idle_one_goes(
 ) -> None:
     """With room for two sessions, a third evicts the oldest idle one, which then answers 404 on both sides."""
     env = {"LOOP_GUARD_MAX_SESSIONS": "2"}
-    async with rig.counting_http(tmp_path / "calls.jsonl") as counting:
+    async with serving_counting(tmp_path / "calls.jsonl") as counting:
         config = rig.config({"counting": {"type": "http", "url": counting.mcp_url}})
         guard_env(monkeypatch, env)
         async with serving_cli(["--config", str(config)], state=None) as guard:
@@ -373,7 +378,7 @@ async def test_a_listen_stream_of_the_2026_era_crosses_the_relay(rig: Rig, tmp_p
 
 async def test_a_guard_started_again_serves_the_open_sessions_with_their_loop_state(rig: Rig, tmp_path: Path) -> None:
     """The guard is replaced under an open session: the next guard relays it on and its streak goes on."""
-    async with rig.counting_http(tmp_path / "calls.jsonl") as counting:
+    async with serving_counting(tmp_path / "calls.jsonl") as counting:
         config = rig.config({"counting": {"type": "http", "url": counting.mcp_url}})
         async with rig.guard(["--config", str(config)]) as first:
             session = await raw_session(first.mcp_url)
@@ -421,7 +426,7 @@ async def test_made_up_session_ids_get_404_and_push_no_session_out(
     rig: Rig, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Ids the server never gave are refused without loop state: the one real session keeps its room and streak."""
-    async with rig.counting_http(tmp_path / "calls.jsonl") as counting:
+    async with serving_counting(tmp_path / "calls.jsonl") as counting:
         config = rig.config({"counting": {"type": "http", "url": counting.mcp_url}})
         guard_env(monkeypatch, {"LOOP_GUARD_MAX_SESSIONS": "1"})
         async with serving_cli(["--config", str(config)], state=None) as guard:
@@ -441,7 +446,7 @@ async def test_made_up_session_ids_get_404_and_push_no_session_out(
 
 async def test_an_upstream_endpoint_redirected_on_its_own_origin_is_followed(rig: Rig, tmp_path: Path) -> None:
     """The configured URL answers 307 to its normal form (``/mcp/`` to ``/mcp``): the guard follows it."""
-    async with rig.counting_http(tmp_path / "calls.jsonl") as counting:
+    async with serving_counting(tmp_path / "calls.jsonl") as counting:
         config = rig.config({"counting": {"type": "http", "url": counting.mcp_url + "/"}})
         async with (
             serving_cli(["--config", str(config)], state=None) as guard,

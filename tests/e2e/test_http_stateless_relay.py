@@ -30,6 +30,7 @@ from tests.http_harness import (
     payload_for,
     raw_call,
 )
+from tests.proxy.http_inproc import InProcessServer, serving_counting
 
 LISTED = {KEY_HEADER: "c", "Mcp-Protocol-Version": "2025-11-25"}
 """A later request of the same key, without a session."""
@@ -40,13 +41,13 @@ ECHO = {"text": "again"}
 RELAYED = "opens no sessions: stateless requests are relayed as they are"
 
 
-def _guard_args(rig: Rig, upstream: ServerProcess) -> list[str]:
+def _guard_args(rig: Rig, upstream: ServerProcess | InProcessServer) -> list[str]:
     return ["--stateless", "--config", str(rig.config({"counting": {"type": "http", "url": upstream.mcp_url}}))]
 
 
 async def test_a_server_without_sessions_gets_each_request_as_it_came(rig: Rig, tmp_path: Path) -> None:
     log = tmp_path / "calls.jsonl"
-    async with rig.counting_http(log, "--stateless") as upstream, rig.guard(_guard_args(rig, upstream)) as guard:
+    async with serving_counting(log, stateless=True) as upstream, rig.guard(_guard_args(rig, upstream)) as guard:
         with anyio.fail_after(20):  # asked at start-up, before any request
             await eventually(lambda: RELAYED in guard.stderr.read_text())
         async with open_http_session(guard.mcp_url, headers={KEY_HEADER: "agent-a"}) as client:
@@ -75,7 +76,7 @@ async def test_a_server_without_sessions_gets_each_request_as_it_came(rig: Rig, 
 
 async def test_a_looping_key_is_aborted_and_then_refused_before_the_server(rig: Rig, tmp_path: Path) -> None:
     log = tmp_path / "calls.jsonl"
-    async with rig.counting_http(log, "--stateless") as upstream, rig.guard(_guard_args(rig, upstream)) as guard:
+    async with serving_counting(log, stateless=True) as upstream, rig.guard(_guard_args(rig, upstream)) as guard:
         with anyio.fail_after(30):
             answers = [await raw_call(guard.mcp_url, "echo", ECHO, {KEY_HEADER: "looper"}, n) for n in range(1, 8)]
             after = await raw_call(guard.mcp_url, "echo", {"text": "new"}, {KEY_HEADER: "looper"}, request_id=8)
@@ -92,7 +93,7 @@ async def test_a_looping_key_is_aborted_and_then_refused_before_the_server(rig: 
 async def test_a_server_with_sessions_gets_each_request_over_one_session_of_the_guard(rig: Rig, tmp_path: Path) -> None:
     """Such a server refuses requests without its session: each goes over the one the guard opened, under its id."""
     log = tmp_path / "calls.jsonl"
-    async with rig.counting_http(log) as upstream, rig.guard(_guard_args(rig, upstream)) as guard:
+    async with serving_counting(log) as upstream, rig.guard(_guard_args(rig, upstream)) as guard:
         async with open_http_session(guard.mcp_url, headers={KEY_HEADER: "agent-a"}) as client:
             assert client.initialize.server_info.name == "counting-server"  # the server's own answer
             with anyio.fail_after(20):
@@ -119,7 +120,7 @@ async def test_a_server_with_sessions_gets_each_request_over_one_session_of_the_
 async def test_requests_numbered_alike_at_once_never_meet_at_the_server(rig: Rig, tmp_path: Path) -> None:
     """Two agents' calls with the same id, in flight together, go over the one session under ids of the guard's own."""
     log = tmp_path / "calls.jsonl"
-    async with rig.counting_http(log) as upstream, rig.guard(_guard_args(rig, upstream)) as guard:
+    async with serving_counting(log) as upstream, rig.guard(_guard_args(rig, upstream)) as guard:
         answers: dict[str, str] = {}
 
         async def slow(key: str, seconds: float) -> None:

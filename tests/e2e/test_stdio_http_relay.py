@@ -36,6 +36,7 @@ from tests.harness import (
     texts,
 )
 from tests.http_harness import Rig, ServerProcess, free_port, open_http_session, poll, run_server
+from tests.proxy.http_inproc import serving_counting
 
 pytestmark = [pytest.mark.anyio, pytest.mark.e2e]
 
@@ -61,7 +62,7 @@ async def test_a_client_sees_through_the_guard_what_it_sees_over_http(rig: Rig, 
 async def test_a_loop_is_warned_refused_and_aborted(rig: Rig, connect: Connector, tmp_path: Path) -> None:
     """Identical calls: warned at 3, refused from 5 without reaching the server, the session ended after 3 refusals."""
     log = tmp_path / "calls.jsonl"
-    async with rig.counting_http(log) as counting:
+    async with serving_counting(log) as counting:
         actions = await looped_until_aborted(connect, _guard_args(counting.mcp_url))
     assert actions == [None, None, "warn", "warn", "block", "block", "abort"]
     assert len(counted_calls(log, "constant")) == 4
@@ -133,7 +134,7 @@ async def test_a_server_behind_a_forward_proxy_is_reached_through_it(rig: Rig, t
     log = tmp_path / "calls.jsonl"
     nowhere = f"http://127.0.0.1:{free_port()}"
     with running_forward_proxy(tmp_path / "proxy") as proxy:
-        async with rig.counting_http(log) as counting:
+        async with serving_counting(log) as counting:
             through = _stdio_guard(counting.mcp_url, rig.marker)
             assert through.env is not None
             through.env["HTTP_PROXY"] = proxy.url
@@ -208,7 +209,7 @@ async def test_calls_in_flight_at_once_are_answered_each_on_its_own(
 ) -> None:
     """Parallel calls (a model's several tool uses in one turn) go out at once and each gets its own answer."""
     async with (
-        rig.counting_http(tmp_path / "calls.jsonl") as counting,
+        serving_counting(tmp_path / "calls.jsonl") as counting,
         connect.guard_process([], guard_args=_guard_args(counting.mcp_url)) as guard,
     ):
         answers: dict[int, list[str]] = {}
@@ -276,7 +277,7 @@ async def test_a_server_that_never_answers_holds_nothing_up(rig: Rig) -> None:
 
 async def test_an_endpoint_redirected_on_its_own_origin_is_followed(rig: Rig, tmp_path: Path) -> None:
     """``/mcp/`` answers 307 to ``/mcp`` (a trailing-slash rule): followed, as the SDK client follows it."""
-    async with rig.counting_http(tmp_path / "calls.jsonl") as counting:
+    async with serving_counting(tmp_path / "calls.jsonl") as counting:
         url = counting.mcp_url + "/"
         direct = await _echo(Client(url, mode="legacy"))
         guarded = await _echo(Client(_stdio_guard(url, rig.marker), mode="legacy"))

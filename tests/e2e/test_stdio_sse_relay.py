@@ -33,6 +33,7 @@ from tests.harness import (
     texts,
 )
 from tests.http_harness import EVERYTHING_BIN, Rig, ServerProcess, free_port, open_sse_session, poll, run_server
+from tests.proxy.http_inproc import serving_counting
 
 pytestmark = [pytest.mark.anyio, pytest.mark.e2e]
 
@@ -66,7 +67,7 @@ async def test_a_client_sees_through_the_guard_what_it_sees_over_sse(rig: Rig, c
 async def test_a_loop_is_warned_refused_and_aborted(rig: Rig, connect: Connector, tmp_path: Path) -> None:
     """Identical calls: warned at 3, refused from 5 without reaching the server, the session ended after 3 refusals."""
     log = tmp_path / "calls.jsonl"
-    async with rig.counting_sse(log) as counting:
+    async with serving_counting(log, sse=True) as counting:
         actions = await looped_until_aborted(connect, ["--upstream", counting.url("/sse")])
     assert actions == [None, None, "warn", "warn", "block", "block", "abort"]
     assert len(counted_calls(log, "constant")) == 4
@@ -110,7 +111,7 @@ async def test_a_server_behind_a_forward_proxy_is_reached_through_it(rig: Rig, t
     """HTTP_PROXY (a real proxy asking for credentials) carries the event stream and every message, as they come."""
     log = tmp_path / "calls.jsonl"
     with running_forward_proxy(tmp_path / "proxy") as proxy:
-        async with rig.counting_sse(log) as counting:
+        async with serving_counting(log, sse=True) as counting:
             argv = guard_command([], ["--upstream", counting.url("/sse")])
             env = server_environment(rig.marker, {"HTTP_PROXY": proxy.url})
             params = StdioServerParameters(command=argv[0], args=argv[1:], env=env)

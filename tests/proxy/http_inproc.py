@@ -8,12 +8,16 @@ as a real guard (its relays, store and stopping), driven by the SDK's real clien
 
 from __future__ import annotations
 
+import importlib
+import sys
 from collections.abc import AsyncIterator, Iterator, Sequence
 from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import anyio
+import psutil
 import uvicorn
 from starlette.types import ASGIApp
 
@@ -23,7 +27,8 @@ from mcp_loop_guard.plan import plan
 from mcp_loop_guard.proxy.downstream.http.app import GuardStop, serve
 from mcp_loop_guard.proxy.downstream.http.listen import listen
 from mcp_loop_guard.settings import load_settings, setting_fields
-from tests.http_harness import LOCALHOST, free_port
+from tests.harness import FIXTURES_DIR
+from tests.http_harness import LOCALHOST, free_port, running
 
 
 class QuietServer(uvicorn.Server):
@@ -48,6 +53,56 @@ async def serving_app(app: ASGIApp) -> AsyncIterator[str]:
         server.should_exit = True
 
 
+@dataclass(frozen=True)
+class InProcessServer:
+    """An upstream served in this event loop, by the addresses the process harness gives a server."""
+
+    base_url: str
+    """``http://127.0.0.1:PORT``."""
+
+    @property
+    def port(self) -> int:
+        """The port it listens on."""
+        return int(self.base_url.rsplit(":", 1)[1])
+
+    def url(self, path: str) -> str:
+        """The URL of one of its paths."""
+        return self.base_url + path
+
+    @property
+    def mcp_url(self) -> str:
+        """Its streamable HTTP endpoint."""
+        return self.url("/mcp")
+
+
+def _fixture(name: str) -> Any:
+    """A fixture server's module (``tests/fixtures/NAME.py``), imported as its process would run it."""
+    if str(FIXTURES_DIR) not in sys.path:
+        sys.path.insert(0, str(FIXTURES_DIR))
+    return importlib.import_module(name)
+
+
+@asynccontextmanager
+async def serving_counting(
+    log: Path, *, stateless: bool = False, token_file: Path | None = None, sse: bool = False
+) -> AsyncIterator[InProcessServer]:
+    """The counting fixture (``tests/fixtures/counting_server.py``) in this event loop, recording each
+    tools/call in ``log``: over streamable HTTP at ``/mcp`` (``stateless``: opening no sessions;
+    ``token_file``: behind its bearer token), or over legacy SSE at ``/sse`` with ``sse``.
+
+    For a server the test neither kills nor restarts: one it does is ``Rig.counting_http``'s process.
+    """
+    counting = _fixture("counting_server")
+    server = counting.build(str(log))
+    if sse:
+        app = counting.sse_app(server)
+    else:
+        token = None if token_file is None else str(token_file)
+        app = counting.http_app(server, stateless=stateless, token_file=token, log=str(log))
+    async with serving_app(app) as origin:
+        yield InProcessServer(origin)
+
+
 @dataclass
 class InProcessGuard:
     """One HTTP guard served in this event loop, and what stops it."""
@@ -57,6 +112,13 @@ class InProcessGuard:
     stop: GuardStop
     ended: anyio.Event = field(default_factory=anyio.Event)
     """Set when its serving returned (it must not, before the test stops it)."""
+    before: frozenset[int] = frozenset()
+    """The pids of this process's descendants when it started: none of them is the guard's."""
+
+    def descendants(self) -> list[psutil.Process]:
+        """Every live process it started (its stdio servers and theirs): this process's new descendants."""
+        found = psutil.Process().children(recursive=True)
+        return [child for child in found if child.pid not in self.before and running(child)]
 
     @property
     def mcp_url(self) -> str:
@@ -102,7 +164,8 @@ async def serving_config(config: GuardConfig, **settings: Any) -> AsyncIterator[
     settings.setdefault("state", "memory")
     loaded = load_settings(config.settings, host=LOCALHOST, port=port, **{"transport": "http", **settings})
     path = "/sse" if loaded.transport == "sse" else "/mcp"
-    guard = InProcessGuard(f"http://{LOCALHOST}:{port}{path}", GuardStop())
+    before = frozenset(child.pid for child in psutil.Process().children(recursive=True))
+    guard = InProcessGuard(f"http://{LOCALHOST}:{port}{path}", GuardStop(), before=before)
     sockets = listen(LOCALHOST, port)
 
     async def serving() -> None:
