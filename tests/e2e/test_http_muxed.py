@@ -13,7 +13,8 @@ from __future__ import annotations
 import json
 import time
 import warnings
-from contextlib import AbstractAsyncContextManager
+from collections.abc import AsyncIterator
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from pathlib import Path
 from typing import Any
 
@@ -43,9 +44,9 @@ from tests.harness import (
 from tests.http_harness import (
     EVERYTHING_BIN,
     MODERN_VERSION,
+    START_LIMIT,
     Rig,
     ServerProcess,
-    Transport,
     http_get,
     initialize_body,
     mcp_http_client,
@@ -55,6 +56,7 @@ from tests.http_harness import (
     poll,
     sdk_modules,
 )
+from tests.proxy.http_inproc import InProcessGuard, serving_cli
 
 pytestmark = [pytest.mark.e2e, pytest.mark.anyio]
 
@@ -62,15 +64,24 @@ EVERYTHING_ARGS = ["--", str(EVERYTHING_BIN), "stdio"]
 EVENTS_JSON = {"accept": "application/json, text/event-stream", "content-type": "application/json"}
 
 
-def _counting_guard(
-    rig: Rig, log: Path, *options: str, transport: Transport = "http"
-) -> AbstractAsyncContextManager[ServerProcess]:
-    """The guard in front of the counting fixture over stdio, each call it receives recorded in ``log``."""
+@asynccontextmanager
+async def _counting_guard(rig: Rig, log: Path, *options: str) -> AsyncIterator[InProcessGuard]:
+    """The guard (in process) in front of the counting fixture over stdio, each call it receives recorded in ``log``."""
+    with pytest.MonkeyPatch.context() as env:
+        env.setenv("COUNTING_SERVER_LOG", str(log))  # the guard's children inherit it
+        async with serving_cli([*options, "--", *fixture_command("counting_server")]) as guard:
+            with anyio.fail_after(START_LIMIT):  # ready as the process harness has it: /healthz answers 200
+                await poll(lambda: http_get(guard.at("/healthz")), lambda answer: answer.status_code == 200)
+            yield guard
+
+
+def _counting_sse_guard(rig: Rig, log: Path) -> AbstractAsyncContextManager[ServerProcess]:
+    """The guard's process with a legacy SSE front, in front of the counting fixture over stdio."""
     command = ["--", *fixture_command("counting_server")]
-    return rig.guard([*options, *command], env={"COUNTING_SERVER_LOG": str(log)}, transport=transport)
+    return rig.guard(command, env={"COUNTING_SERVER_LOG": str(log)}, transport="sse")
 
 
-def _upstream_processes(guard: ServerProcess, name: str) -> list[Any]:
+def _upstream_processes(guard: ServerProcess | InProcessGuard, name: str) -> list[Any]:
     return [p for p in guard.descendants() if name in " ".join(p.cmdline())]
 
 
@@ -90,7 +101,7 @@ async def test_a_client_sees_through_the_guard_what_it_sees_over_stdio(
         direct = await everything_facts(opened.session, direct_user)
         direct_info = opened.initialize.server_info
     async with (
-        rig.guard(EVERYTHING_ARGS) as guard,
+        serving_cli(EVERYTHING_ARGS) as guard,
         open_http_session(guard.mcp_url, callbacks=rootless(guarded_user)) as client,
     ):
         guarded = await everything_facts(client.session, guarded_user)
@@ -136,7 +147,7 @@ async def test_a_request_of_the_child_reaches_the_session_whose_call_made_it(rig
     """server-everything asks for sampling during one session's call: that client is asked, the other is not."""
     caller, other = ClientUser(), ClientUser()
     async with (
-        rig.guard(EVERYTHING_ARGS) as guard,
+        serving_cli(EVERYTHING_ARGS) as guard,
         open_http_session(guard.mcp_url, callbacks=caller.callbacks(Inbox())) as asking,
         open_http_session(guard.mcp_url, callbacks=other.callbacks(Inbox())),
     ):
@@ -167,7 +178,7 @@ async def test_a_loop_ends_its_own_session_only(rig: Rig, tmp_path: Path) -> Non
 
 async def test_every_session_is_answered_from_the_one_handshake_of_the_child(rig: Rig) -> None:
     """The child has one initialize however many sessions open; each gets the server's own answer."""
-    async with rig.guard(EVERYTHING_ARGS) as guard, mcp_http_client() as http:
+    async with serving_cli(EVERYTHING_ARGS) as guard, mcp_http_client() as http:
         answers = []
         for version in ("2025-06-18", "2025-11-25"):
             response = await http.post(guard.mcp_url, json=initialize_body(version=version), headers=EVENTS_JSON)
@@ -260,7 +271,7 @@ def _last_event(response: httpx2.Response) -> dict[str, Any]:
 
 async def test_task_augmented_calls_cross_as_they_came(rig: Rig) -> None:
     """server-everything's research runs as a task: the handle, tasks/get and tasks/result reach the client."""
-    async with rig.guard(EVERYTHING_ARGS) as guard, httpx2.AsyncClient(timeout=30) as http:
+    async with serving_cli(EVERYTHING_ARGS) as guard, httpx2.AsyncClient(timeout=30) as http:
         raw = _RawSession(http, guard.mcp_url)
         opened = await raw.open()
         params = {"name": "simulate-research-query", "arguments": {"topic": "loops"}, "task": {"ttl": 60000}}
@@ -284,7 +295,7 @@ async def test_task_augmented_calls_cross_as_they_came(rig: Rig) -> None:
 async def test_a_2026_client_is_served_on_the_same_child(rig: Rig) -> None:
     """A 2026-07-28 client (no session) and a handshake client: both served, by one server process."""
     async with (
-        rig.guard(EVERYTHING_ARGS) as guard,
+        serving_cli(EVERYTHING_ARGS) as guard,
         mcp_http_client() as http,
         Client(streamable_http_client(guard.mcp_url, http_client=http), mode=MODERN_VERSION) as modern,
         open_http_session(guard.mcp_url) as legacy,
@@ -373,7 +384,7 @@ async def _call_or_error(client: Client, tool: str, arguments: dict[str, Any]) -
 async def test_a_client_taking_only_json_gets_the_answer_as_a_json_body(rig: Rig) -> None:
     """A client that accepts no event stream gets each answer as the whole response."""
     headers = {"accept": "application/json", "content-type": "application/json"}
-    async with rig.guard(EVERYTHING_ARGS) as guard, httpx2.AsyncClient(timeout=20) as http:
+    async with serving_cli(EVERYTHING_ARGS) as guard, httpx2.AsyncClient(timeout=20) as http:
         opened = await http.post(guard.mcp_url, json=initialize_body(), headers=headers)
         session = {**headers, "mcp-session-id": opened.headers["mcp-session-id"]}
         body = {"jsonrpc": "2.0", "method": "notifications/initialized"}
@@ -396,7 +407,7 @@ async def test_legacy_sse_sessions_are_relayed_through_the_same_child(rig: Rig, 
     log = tmp_path / "calls.jsonl"
     user = ClientUser()
     async with (
-        _counting_guard(rig, log, transport="sse") as guard,
+        _counting_sse_guard(rig, log) as guard,
         open_sse_session(guard.url("/sse"), callbacks=user.callbacks(Inbox())) as looping,
         open_sse_session(guard.url("/sse")) as bystander,
     ):
@@ -429,7 +440,7 @@ async def test_legacy_sse_clients_are_served_without_the_sdk(rig: Rig, tmp_path:
 async def test_a_post_to_an_sse_session_must_name_it_and_carry_a_message(rig: Rig, tmp_path: Path) -> None:
     """Each way a POST to ``/messages/`` can miss gets its status; a good one gets 202 and its answer on the stream."""
     async with (
-        _counting_guard(rig, tmp_path / "calls.jsonl", transport="sse") as guard,
+        _counting_sse_guard(rig, tmp_path / "calls.jsonl") as guard,
         httpx2.AsyncClient(timeout=20) as http,
         http.stream("GET", guard.url("/sse"), headers={"accept": "text/event-stream"}) as stream,
     ):
@@ -540,7 +551,7 @@ async def test_resource_updates_reach_the_sessions_that_subscribed(rig: Rig) -> 
     """Two sessions subscribe to one resource each on the one child (one to both): each hears of its own only."""
     inbox_a, inbox_b = Inbox(), Inbox()
     async with (
-        rig.guard(EVERYTHING_ARGS) as guard,
+        serving_cli(EVERYTHING_ARGS) as guard,
         open_http_session(guard.mcp_url, callbacks=Callbacks(message_handler=inbox_a)) as a,
         open_http_session(guard.mcp_url, callbacks=Callbacks(message_handler=inbox_b)) as b,
     ):
