@@ -44,7 +44,6 @@ from tests.harness import (
 from tests.http_harness import (
     EVERYTHING_BIN,
     MODERN_VERSION,
-    START_LIMIT,
     Rig,
     ServerProcess,
     http_get,
@@ -70,8 +69,7 @@ async def _counting_guard(rig: Rig, log: Path, *options: str) -> AsyncIterator[I
     with pytest.MonkeyPatch.context() as env:
         env.setenv("COUNTING_SERVER_LOG", str(log))  # the guard's children inherit it
         async with serving_cli([*options, "--", *fixture_command("counting_server")]) as guard:
-            with anyio.fail_after(START_LIMIT):  # ready as the process harness has it: /healthz answers 200
-                await poll(lambda: http_get(guard.at("/healthz")), lambda answer: answer.status_code == 200)
+            await guard.healthy()
             yield guard
 
 

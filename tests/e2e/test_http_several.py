@@ -41,6 +41,7 @@ from tests.http_harness import (
     sdk_modules,
     time_entry,
 )
+from tests.proxy.http_inproc import serving_cli
 from tests.reliability.wire import result_texts
 
 pytestmark = [pytest.mark.e2e, pytest.mark.anyio]
@@ -72,7 +73,8 @@ async def test_tasks_cross_an_http_guard_of_several_servers(tmp_path: Path, stat
     rig = Rig(tmp_path, uuid.uuid4().hex)
     config = rig.config({"everything": everything_stdio_entry(), "time": time_entry()})
     try:
-        async with rig.guard(["--config", str(config), *(["--stateless"] if stateless else [])]) as guard:
+        async with serving_cli(["--config", str(config), *(["--stateless"] if stateless else [])]) as guard:
+            await guard.healthy()
             with anyio.fail_after(60):
                 opened = await http_post(guard.mcp_url, _initialize())
                 hello = payload_for(opened, 1)
@@ -155,13 +157,15 @@ async def test_a_2026_client_listens_to_the_changes_of_the_servers_behind_the_sd
     prefix = "listen__" if servers == "several" else ""
     config = rig.config(entries)
     try:
-        async with rig.guard(["--config", str(config)]) as guard, Client(guard.mcp_url, mode="auto") as client:
-            assert client.protocol_version == "2026-07-28"
-            with anyio.fail_after(60):
-                async with client.listen(tools_list_changed=True) as subscription:
-                    await client.call_tool(f"{prefix}register_tool", {"name": "fresh"})
-                    event = await anext(subscription)
-                names = {tool.name for tool in (await client.list_tools()).tools}
+        async with serving_cli(["--config", str(config)]) as guard:
+            await guard.healthy()
+            async with Client(guard.mcp_url, mode="auto") as client:
+                assert client.protocol_version == "2026-07-28"
+                with anyio.fail_after(60):
+                    async with client.listen(tools_list_changed=True) as subscription:
+                        await client.call_tool(f"{prefix}register_tool", {"name": "fresh"})
+                        event = await anext(subscription)
+                    names = {tool.name for tool in (await client.list_tools()).tools}
     finally:
         rig.report()
     assert event == ToolsListChanged()
@@ -212,7 +216,8 @@ async def test_stateless_calls_are_judged_by_what_earlier_requests_listed_withou
         return [len(tapped(tap, "server", "tools/list")) for tap in taps.values()]
 
     try:
-        async with rig.guard(["--config", str(rig.config(entries)), "--stateless"]) as guard:
+        async with serving_cli(["--config", str(rig.config(entries)), "--stateless"]) as guard:
+            await guard.healthy()
             headers = {"Mcp-Protocol-Version": HANDSHAKE_VERSION, KEY_HEADER: "lists"}
             with anyio.fail_after(30):
                 listed = await http_post(guard.mcp_url, {"jsonrpc": "2.0", "id": 1, "method": "tools/list"}, headers)
@@ -242,10 +247,11 @@ async def test_a_server_among_several_is_served_again_after_its_child_crashed(tm
     config = rig.config({"a": entry, "b": entry})
     stateless = era == "--stateless"
     try:
-        async with rig.guard(["--config", str(config), *(["--stateless"] if stateless else [])]) as guard:
+        async with serving_cli(["--config", str(config), *(["--stateless"] if stateless else [])]) as guard:
+            await guard.healthy()
 
             async def ready() -> int:
-                return (await http_get(guard.url("/readyz"))).status_code
+                return (await http_get(guard.at("/readyz"))).status_code
 
             async def call(tool: str, text: str = "") -> str:
                 """The call's text, or the error it was answered with."""

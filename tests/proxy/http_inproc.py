@@ -28,7 +28,7 @@ from mcp_loop_guard.proxy.downstream.http.app import GuardStop, serve
 from mcp_loop_guard.proxy.downstream.http.listen import listen
 from mcp_loop_guard.settings import load_settings, setting_fields
 from tests.harness import FIXTURES_DIR
-from tests.http_harness import LOCALHOST, free_port, running
+from tests.http_harness import LOCALHOST, POLL_INTERVAL, START_LIMIT, free_port, http_client, running
 
 
 class QuietServer(uvicorn.Server):
@@ -138,6 +138,13 @@ class InProcessGuard:
     def at(self, path: str) -> str:
         """The URL of one of its paths (``/healthz``, ``/readyz``, ``/metrics``)."""
         return self.origin + path
+
+    async def healthy(self) -> None:
+        """Waits until ``/healthz`` answers 200, as the process harness waits for a guard it starts."""
+        async with http_client(timeout=2) as client:
+            with anyio.fail_after(START_LIMIT):
+                while (await client.get(self.at("/healthz"))).status_code != 200:  # noqa: ASYNC110 - asked, not told
+                    await anyio.sleep(POLL_INTERVAL)
 
     async def stays_up(self, seconds: float) -> None:
         """Watches it for a while (the time something inside it needs to happen); fails if its serving ended."""
