@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import importlib
 import sys
-from collections.abc import AsyncIterator, Iterator, Sequence
+from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -18,6 +18,7 @@ from typing import Any
 
 import anyio
 import psutil
+import pytest
 import uvicorn
 from starlette.types import ASGIApp
 
@@ -209,3 +210,16 @@ async def serving_cli(args: Sequence[str], **settings: Any) -> AsyncIterator[InP
     flags = {f.name: getattr(parsed, f.name) for f in setting_fields() if getattr(parsed, f.name) is not None}
     async with serving_config(config, **{**flags, **settings}) as guard:
         yield guard
+
+
+@asynccontextmanager
+async def serving_ready(args: Sequence[str], env: Mapping[str, str] | None = None) -> AsyncIterator[InProcessGuard]:
+    """What ``Rig.guard(args, env=env)`` starts as a process, served in process: the command line's guard under
+    ``env`` (its settings and its children's environment), its state where the guard keeps it, ready once
+    ``/healthz`` answers 200."""
+    with pytest.MonkeyPatch.context() as patched:
+        for name, value in (env or {}).items():
+            patched.setenv(name, value)
+        async with serving_cli(args, state=None) as guard:
+            await guard.healthy()
+            yield guard

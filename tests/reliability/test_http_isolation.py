@@ -6,6 +6,7 @@ cannot read or spoil another's by sending the same key; with
 ``LOOP_GUARD_TRUST_KEY_HEADER=false`` the header is ignored, so a client cannot escape its
 loop state by changing it. The status and metrics pages are behind the same Host and
 Origin checks as ``/mcp``, and the bearer scheme is matched without regard to case.
+The guard is served in the test's own process (:mod:`tests.proxy.http_inproc`), with a real stdio server.
 """
 
 from __future__ import annotations
@@ -16,8 +17,6 @@ import pytest
 from tests.http_harness import (
     KEY_HEADER,
     TIME_BIN,
-    Rig,
-    ServerProcess,
     http_get,
     http_post,
     initialize_body,
@@ -26,6 +25,7 @@ from tests.http_harness import (
     payload_verdict,
     raw_call,
 )
+from tests.proxy.http_inproc import InProcessGuard, serving_ready
 
 pytestmark = [pytest.mark.e2e, pytest.mark.anyio]
 
@@ -38,7 +38,7 @@ ALICE = {"Authorization": "Bearer tok-a"}
 BOB = {"Authorization": "Bearer tok-b"}
 
 
-async def convert(guard: ServerProcess, headers: dict[str, str]) -> str | None:
+async def convert(guard: InProcessGuard, headers: dict[str, str]) -> str | None:
     """One identical convert_time call without a session; its verdict action ("block" when refused)."""
     with anyio.fail_after(10):
         response = await raw_call(guard.mcp_url, "convert_time", CONVERT, headers)
@@ -48,9 +48,9 @@ async def convert(guard: ServerProcess, headers: dict[str, str]) -> str | None:
     return payload_verdict(message)
 
 
-async def test_named_tokens_namespace_the_key_header(rig: Rig) -> None:
+async def test_named_tokens_namespace_the_key_header() -> None:
     """Alice loops under key "shared" until refused; Bob sending the same key value and call is judged on his own."""
-    async with rig.guard(STATELESS_TIME, env=TOKENS) as guard:
+    async with serving_ready(STATELESS_TIME, TOKENS) as guard:
         alice = [await convert(guard, ALICE | {KEY_HEADER: "shared"}) for _ in range(5)]
         bob = await convert(guard, BOB | {KEY_HEADER: "shared"})
         alice_again = await convert(guard, ALICE | {KEY_HEADER: "shared"})
@@ -60,9 +60,9 @@ async def test_named_tokens_namespace_the_key_header(rig: Rig) -> None:
     assert alice_again == "block", "Bob's call changed Alice's loop state"
 
 
-async def test_without_key_header_state_is_per_address_within_a_token(rig: Rig) -> None:
+async def test_without_key_header_state_is_per_address_within_a_token() -> None:
     """Without the header, Alice's state is keyed by her address inside her token's namespace: Bob's is apart."""
-    async with rig.guard(STATELESS_TIME, env=TOKENS) as guard:
+    async with serving_ready(STATELESS_TIME, TOKENS) as guard:
         alice = [await convert(guard, ALICE) for _ in range(5)]
         bob = await convert(guard, BOB)
 
@@ -70,9 +70,9 @@ async def test_without_key_header_state_is_per_address_within_a_token(rig: Rig) 
     assert bob is None, "Bob, from the same address, was judged against Alice's loop state"
 
 
-async def test_named_tokens_refuse_anything_else(rig: Rig) -> None:
+async def test_named_tokens_refuse_anything_else() -> None:
     """With named tokens, a wrong token, a token's name or a name:token pair gets 401; the right tokens pass."""
-    async with rig.guard(STATELESS_TIME, env=TOKENS) as guard:
+    async with serving_ready(STATELESS_TIME, TOKENS) as guard:
         with anyio.fail_after(20):
             refused = [
                 await http_post(guard.mcp_url, initialize_body(), {"Authorization": f"Bearer {token}"})
@@ -88,19 +88,19 @@ async def test_named_tokens_refuse_anything_else(rig: Rig) -> None:
         assert "result" in jsonrpc_payloads(response)[0], response.text
 
 
-async def test_untrusted_key_header_cannot_escape_the_loop_state(rig: Rig) -> None:
+async def test_untrusted_key_header_cannot_escape_the_loop_state() -> None:
     """LOOP_GUARD_TRUST_KEY_HEADER=false: a client rotating the header is warned at its 3rd, refused at its 5th call."""
     env = {"LOOP_GUARD_TRUST_KEY_HEADER": "false"}
-    async with rig.guard(STATELESS_TIME, env=env) as guard:
+    async with serving_ready(STATELESS_TIME, env) as guard:
         rotating = [await convert(guard, {KEY_HEADER: f"fresh-{n}"}) for n in range(5)]
 
     assert rotating == [None, None, "warn", "warn", "block"]
 
 
-async def test_untrusted_key_header_with_tokens_keys_by_token_name(rig: Rig) -> None:
+async def test_untrusted_key_header_with_tokens_keys_by_token_name() -> None:
     """With named tokens and an untrusted header, Alice rotating it is still refused at her 5th call; Bob is apart."""
     env = TOKENS | {"LOOP_GUARD_TRUST_KEY_HEADER": "false"}
-    async with rig.guard(STATELESS_TIME, env=env) as guard:
+    async with serving_ready(STATELESS_TIME, env) as guard:
         alice = [await convert(guard, ALICE | {KEY_HEADER: f"fresh-{n}"}) for n in range(5)]
         bob = await convert(guard, BOB | {KEY_HEADER: "fresh-0"})
 
@@ -108,18 +108,18 @@ async def test_untrusted_key_header_with_tokens_keys_by_token_name(rig: Rig) -> 
     assert bob is None
 
 
-async def test_status_pages_check_host_and_origin(rig: Rig) -> None:
+async def test_status_pages_check_host_and_origin() -> None:
     """/readyz and /metrics refuse a foreign Host (421) or Origin (403) as /mcp does; loopback ones pass."""
     seen: dict[str, dict[str, int]] = {}
-    async with rig.guard(TIME_ARGS) as guard:
+    async with serving_ready(TIME_ARGS) as guard:
         for path in ("/readyz", "/metrics"):
             with anyio.fail_after(20):
                 seen[path] = {
-                    "foreign host": (await http_get(guard.url(path), {"Host": "evil.example"})).status_code,
-                    "foreign origin": (await http_get(guard.url(path), {"Origin": "http://evil.example"})).status_code,
+                    "foreign host": (await http_get(guard.at(path), {"Host": "evil.example"})).status_code,
+                    "foreign origin": (await http_get(guard.at(path), {"Origin": "http://evil.example"})).status_code,
                     "loopback": (
                         await http_get(
-                            guard.url(path),
+                            guard.at(path),
                             {"Host": f"localhost:{guard.port}", "Origin": f"http://localhost:{guard.port}"},
                         )
                     ).status_code,
@@ -131,15 +131,15 @@ async def test_status_pages_check_host_and_origin(rig: Rig) -> None:
         assert statuses["loopback"] in {200, 503}, (path, statuses)
 
 
-async def test_bearer_scheme_is_case_insensitive(rig: Rig) -> None:
+async def test_bearer_scheme_is_case_insensitive() -> None:
     """``Authorization: bearer <token>`` in any case is accepted; a wrong token in that spelling still gets 401."""
     token = "tok-case"  # noqa: S105 - a made-up token for this guard only
     seen: dict[str, tuple[int, int, int]] = {}
-    async with rig.guard(TIME_ARGS, env={"LOOP_GUARD_AUTH_TOKEN": token}) as guard:
+    async with serving_ready(TIME_ARGS, {"LOOP_GUARD_AUTH_TOKEN": token}) as guard:
         for scheme in ("bearer", "BEARER", "bEaReR"):
             with anyio.fail_after(20):
                 accepted = await http_post(guard.mcp_url, initialize_body(), {"Authorization": f"{scheme} {token}"})
-                ready = await http_get(guard.url("/readyz"), {"Authorization": f"{scheme} {token}"})
+                ready = await http_get(guard.at("/readyz"), {"Authorization": f"{scheme} {token}"})
                 refused = await http_post(guard.mcp_url, initialize_body(), {"Authorization": f"{scheme} not-it"})
             seen[scheme] = (accepted.status_code, ready.status_code, refused.status_code)
 
