@@ -34,6 +34,7 @@ from tests.http_harness import (
     raw_session,
     tool_call_body,
 )
+from tests.proxy.http_inproc import serving_ready
 
 pytestmark = [pytest.mark.e2e, pytest.mark.anyio]
 
@@ -53,7 +54,7 @@ async def test_a_client_cut_mid_call_resumes_its_stream_and_gets_the_answer_of_t
     rig: Rig, tmp_path: Path
 ) -> None:
     log = tmp_path / "calls.jsonl"
-    async with rig.guard(["--", *fixture_command("counting_server")], env={"COUNTING_SERVER_LOG": str(log)}) as guard:
+    async with serving_ready(["--", *fixture_command("counting_server")], {"COUNTING_SERVER_LOG": str(log)}) as guard:
         session = await raw_session(guard.mcp_url)
         body = tool_call_body("slow", {"seconds": 1.2}, request_id=7)
         body["params"]["_meta"] = {"progressToken": "p"}
@@ -125,7 +126,7 @@ async def _cutting_relay(port: int, marker: bytes) -> AsyncIterator[tuple[int, l
 async def test_the_sdk_client_recovers_a_cut_call_stream_by_itself(rig: Rig, tmp_path: Path) -> None:
     log = tmp_path / "calls.jsonl"
     async with (
-        rig.guard(["--", *fixture_command("counting_server")], env={"COUNTING_SERVER_LOG": str(log)}) as guard,
+        serving_ready(["--", *fixture_command("counting_server")], {"COUNTING_SERVER_LOG": str(log)}) as guard,
         _cutting_relay(guard.port, b"notifications/progress") as (port, cuts),
         open_http_session(f"http://{LOCALHOST}:{port}/mcp") as http,
     ):
@@ -148,7 +149,7 @@ async def test_a_stream_the_server_closes_is_resumed_at_the_server_through_the_g
     """The server ends a call's stream before its answer (the spec's polling); the client resumes via the guard."""
     async with rig.listen_http("--resumable") as listen:
         config = rig.config({"listen": {"type": "http", "url": listen.mcp_url}})
-        async with rig.guard(["--config", str(config)]) as guard, Client(guard.mcp_url, mode="legacy") as client:
+        async with serving_ready(["--config", str(config)]) as guard, Client(guard.mcp_url, mode="legacy") as client:
             with anyio.fail_after(20):
                 answered = await client.call_tool("answer_later", {})
     assert texts(answered) == ["answered after the stream closed"]
@@ -157,7 +158,7 @@ async def test_a_stream_the_server_closes_is_resumed_at_the_server_through_the_g
 async def test_a_silent_call_stream_carries_comments_that_clients_skip(rig: Rig, tmp_path: Path) -> None:
     """``LOOP_GUARD_SSE_PING_SECONDS``: a comment after each such silence, so a proxy's idle timer never cuts it."""
     env = {"COUNTING_SERVER_LOG": str(tmp_path / "calls.jsonl"), "LOOP_GUARD_SSE_PING_SECONDS": "0.2"}
-    async with rig.guard(["--", *fixture_command("counting_server")], env=env) as guard:
+    async with serving_ready(["--", *fixture_command("counting_server")], env) as guard:
         session = await raw_session(guard.mcp_url)
         body = tool_call_body("slow", {"seconds": 1.2}, request_id=3)  # no progress token: nothing to say meanwhile
         async with http_client(timeout=10) as client:

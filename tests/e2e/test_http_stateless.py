@@ -14,13 +14,13 @@ from tests.http_harness import (
     KEY_HEADER,
     HttpSession,
     Rig,
-    ServerProcess,
     http_post,
     jsonrpc_payloads,
     open_http_session,
     poll,
     tool_call_body,
 )
+from tests.proxy.http_inproc import InProcessGuard, serving_ready
 
 pytestmark = [pytest.mark.e2e, pytest.mark.anyio]
 
@@ -35,7 +35,7 @@ async def echo(client: HttpSession, times: int = 1) -> list[str | None]:
         return [action(await client.session.call_tool("echo", ECHO)) for _ in range(times)]
 
 
-async def raw_echo(guard: ServerProcess, key: str) -> httpx2.Response:
+async def raw_echo(guard: InProcessGuard, key: str) -> httpx2.Response:
     """One tools/call as a bare HTTP request with the key header, no session."""
     with anyio.fail_after(10):
         return await http_post(
@@ -46,7 +46,7 @@ async def raw_echo(guard: ServerProcess, key: str) -> httpx2.Response:
 async def test_keys_have_separate_loop_state(rig: Rig) -> None:
     """Two agents with different keys repeating the same call are judged separately; no session id is given."""
     async with (
-        rig.guard(EVERYTHING_ARGS) as guard,
+        serving_ready(EVERYTHING_ARGS) as guard,
         open_http_session(guard.mcp_url, headers={KEY_HEADER: "agent-a"}) as first,
         open_http_session(guard.mcp_url, headers={KEY_HEADER: "agent-b"}) as second,
     ):
@@ -68,7 +68,7 @@ async def test_aborted_key_refused_until_window_passes(rig: Rig) -> None:
     """After the abort, that key gets 429 with Retry-After until the window passes; other keys are served."""
     env = {"LOOP_GUARD_RESET_AFTER_SECONDS": str(RESET_AFTER_SECONDS)}
     async with (
-        rig.guard(EVERYTHING_ARGS, env=env) as guard,
+        serving_ready(EVERYTHING_ARGS, env) as guard,
         open_http_session(guard.mcp_url, headers={KEY_HEADER: "looper"}) as looper,
         open_http_session(guard.mcp_url, headers={KEY_HEADER: "bystander"}) as bystander,
     ):

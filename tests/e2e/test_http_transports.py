@@ -25,6 +25,7 @@ from tests.http_harness import (
     poll,
     tool_names,
 )
+from tests.proxy.http_inproc import InProcessGuard, serving_ready
 
 pytestmark = [pytest.mark.e2e, pytest.mark.anyio]
 
@@ -35,7 +36,7 @@ RESET_AFTER_SECONDS = 2
 
 @asynccontextmanager
 async def modern_client(
-    guard: ServerProcess, key: str | None = None, responses: list[httpx2.Response] | None = None
+    guard: ServerProcess | InProcessGuard, key: str | None = None, responses: list[httpx2.Response] | None = None
 ) -> AsyncIterator[Client]:
     """An ``mcp.Client`` in auto mode (it speaks 2026-07-28 to a server that can), optionally with a key header.
 
@@ -83,7 +84,7 @@ async def test_sse_smoke(rig: Rig) -> None:
 
 async def test_both_protocol_eras(rig: Rig) -> None:
     """A 2026-07-28 client and a 2025-11-25 handshake client are both served, each with its own loop state."""
-    async with rig.guard(EVERYTHING_ARGS) as guard:
+    async with serving_ready(EVERYTHING_ARGS) as guard:
         async with modern_client(guard, key="modern-agent") as modern:
             modern_actions = await echo_actions(modern, 5)
             with anyio.fail_after(10):
@@ -112,7 +113,7 @@ async def test_modern_requests_keyed_by_header(rig: Rig) -> None:
             return error
 
     async with (
-        rig.guard(EVERYTHING_ARGS, env=env) as guard,
+        serving_ready(EVERYTHING_ARGS, env) as guard,
         modern_client(guard, key="looper", responses=responses) as looper,
         modern_client(guard, key="bystander") as bystander,
     ):
@@ -154,7 +155,7 @@ async def test_handshake_era_sampling_on_a_modern_connection_is_refused_not_hung
         return types.CreateMessageResult(role="assistant", content=types.TextContent(type="text", text="x"), model="m")
 
     async with (
-        rig.guard(EVERYTHING_ARGS) as guard,
+        serving_ready(EVERYTHING_ARGS) as guard,
         mcp_http_client({}) as http,
         Client(
             streamable_http_client(guard.mcp_url, http_client=http),
