@@ -258,9 +258,17 @@ async def wait_answering(
                 else:
                     with suppress(httpx2.TransportError):
                         response = await client.get(url)
-                        if accept(response.status_code):
+                        if accept(response.status_code) and not starting(response):
                             return
                 await anyio.sleep(POLL_INTERVAL)
+
+
+def starting(response: httpx2.Response) -> bool:
+    """Whether a guard's ``/healthz`` says it is alive but still starting its upstreams (MCP requests wait)."""
+    with suppress(ValueError):
+        found = response.json()
+        return isinstance(found, dict) and found.get("status") == "starting"
+    return False
 
 
 async def stop_server(server: ServerProcess) -> None:

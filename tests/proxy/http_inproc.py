@@ -30,7 +30,7 @@ from mcp_loop_guard.proxy.downstream.http.app import GuardStop, serve
 from mcp_loop_guard.proxy.downstream.http.listen import listen
 from mcp_loop_guard.settings import load_settings, setting_fields
 from tests.harness import FIXTURES_DIR
-from tests.http_harness import LOCALHOST, POLL_INTERVAL, START_LIMIT, free_port, http_client, running
+from tests.http_harness import LOCALHOST, POLL_INTERVAL, START_LIMIT, free_port, http_client, running, starting
 
 
 class QuietServer(uvicorn.Server):
@@ -142,7 +142,8 @@ class InProcessGuard:
         return self.origin + path
 
     async def healthy(self) -> None:
-        """Waits until ``/healthz`` answers 200, as the process harness waits for a guard it starts.
+        """Waits until ``/healthz`` answers 200 and no longer says ``starting``, as the process harness waits for a
+        guard it starts.
 
         A request the guard could not answer in time is asked again: its start runs in this event
         loop, and on a loaded machine that can outlast one request's timeout.
@@ -151,7 +152,8 @@ class InProcessGuard:
             with anyio.fail_after(START_LIMIT):
                 while True:
                     with suppress(httpx2.TransportError):
-                        if (await client.get(self.at("/healthz"))).status_code == 200:
+                        response = await client.get(self.at("/healthz"))
+                        if response.status_code == 200 and not starting(response):
                             return
                     await anyio.sleep(POLL_INTERVAL)
 

@@ -62,8 +62,10 @@ def stdio_entry(name: str, *args: str, env: dict[str, str] | None = None) -> dic
 
 
 async def readyz(guard: InProcessGuard) -> httpx2.Response:
-    """One GET /readyz; fails, saying whether the guard stopped serving, when nothing answers."""
+    """One GET /readyz once the guard's upstreams have had their first start; fails, saying whether the guard
+    stopped serving, when nothing answers."""
     try:
+        await guard.healthy()
         return await http_get(guard.at("/readyz"))
     except httpx2.TransportError as exc:
         pytest.fail(f"/readyz: {exc!r}; the guard's serving ended: {guard.ended.is_set()}")

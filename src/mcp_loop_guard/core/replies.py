@@ -161,6 +161,7 @@ ONE_AND_SEVERAL: Final = (
 SESSION_NOT_FOUND: Final = "Session not found"
 TOO_MANY_SESSIONS: Final = "Service Unavailable: too many sessions; try again later"
 TOO_MANY_AGENTS: Final = "Service Unavailable: too many agents busy; try again later"
+STOPPING_AT_START: Final = "Service Unavailable: the guard is stopping before its upstreams started"
 MISSING_SESSION: Final = "Bad Request: Missing session ID"
 METHOD_NOT_ALLOWED: Final = "Method Not Allowed"
 NO_SESSIONS_STATELESS: Final = "Method Not Allowed: a stateless server has no sessions"

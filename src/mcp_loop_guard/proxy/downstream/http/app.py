@@ -1,7 +1,9 @@
 """Serve many agents over streamable HTTP (``/mcp``) or legacy SSE (``/sse`` + ``/messages/``).
 
-Start-up supervises every upstream (a broken one is reported, never fatal), then serves
-until SIGTERM or SIGINT. At the first signal the guard stops accepting, answers every call
+Start-up supervises every upstream (a broken one is reported, never fatal) and serves at
+once: ``/healthz``, ``/readyz`` and ``/metrics`` answer while the upstreams start, and MCP
+requests wait until each upstream's first start has succeeded or failed (at most 30 s). It
+serves until SIGTERM or SIGINT. At the first signal the guard stops accepting, answers every call
 still in flight with an error result on its own stream, and then stops its upstreams (unlike a
 stdio guard, whose first signal reaches them at once: here they must outlive the answers); a
 second signal sends their process groups SIGTERM, a third SIGKILL. Neither prints a traceback.
@@ -13,7 +15,7 @@ import logging
 import signal
 import socket
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import AbstractAsyncContextManager, contextmanager
 from typing import TYPE_CHECKING, Any, Protocol
 
 import anyio
@@ -25,6 +27,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Mount, Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from mcp_loop_guard.core import replies
 from mcp_loop_guard.metrics import Metrics
 from mcp_loop_guard.plan import Plan
 from mcp_loop_guard.proxy.downstream.agents import opened_events, opened_store
@@ -32,7 +35,15 @@ from mcp_loop_guard.proxy.downstream.http.admin import ADMIN_PREFIX, Admin, Live
 from mcp_loop_guard.proxy.downstream.http.agents import Agents
 from mcp_loop_guard.proxy.downstream.http.fronts import Start, topology
 from mcp_loop_guard.proxy.downstream.http.listen import listen
-from mcp_loop_guard.proxy.downstream.http.middleware import AuthGuard, BodyGuard, HostGuard, security_settings
+from mcp_loop_guard.proxy.downstream.http.middleware import (
+    RETRY_AFTER_BUSY,
+    AuthGuard,
+    BodyGuard,
+    HostGuard,
+    reply,
+    retry_after,
+    security_settings,
+)
 from mcp_loop_guard.proxy.downstream.http.protocol import protocol_class, raise_open_file_limit
 from mcp_loop_guard.proxy.relay.stopping import Stopping
 from mcp_loop_guard.proxy.upstream import signals
@@ -74,15 +85,28 @@ class Front(Protocol):
         """Every agent held in memory, for the admin API."""
         ...
 
+    def running(self) -> AbstractAsyncContextManager[None]:
+        """The relay serving (its sessions' expiry, its shared upstream), until the context ends."""
+        ...
+
 
 def build_app(  # noqa: PLR0917 - what the routes serve, all needed
-    sessions: Front, slots: Sequence[Supervised], plan: Plan, metrics: Metrics, health: StoreHealth, store: Store
+    sessions: Front,
+    slots: Sequence[Supervised],
+    plan: Plan,
+    metrics: Metrics,
+    health: StoreHealth,
+    store: Store,
+    stop: GuardStop,
 ) -> ASGIApp:
-    """Routes (MCP endpoints, health, readiness, metrics, admin) behind Host/Origin, tokens and body checks."""
+    """Routes (MCP endpoints, health, readiness, metrics, admin) behind Host/Origin, tokens and body checks.
+
+    MCP requests wait for ``stop.started``: a client's first request then meets its upstreams started.
+    """
     settings = plan.settings
 
     async def healthz(request: Request) -> Response:
-        return JSONResponse({"status": "ok"})
+        return JSONResponse({"status": "ok" if stop.started.is_set() else "starting"})
 
     async def readyz(request: Request) -> Response:
         upstreams = {
@@ -108,11 +132,11 @@ def build_app(  # noqa: PLR0917 - what the routes serve, all needed
         from mcp_loop_guard.proxy.downstream.http.session_relay import SessionRelay  # noqa: PLC0415 - loaded already
 
         assert isinstance(sessions, SessionRelay), "legacy SSE connections are sessions of a message relay"
-        routes.append(Route("/sse", _Raw(sessions.handle_sse)))
-        routes.append(Mount("/messages/", app=sessions.handle_messages))
+        routes.append(Route("/sse", _Raw(sessions.handle_sse, stop)))
+        routes.append(Mount("/messages/", app=_Raw(sessions.handle_messages, stop)))
         json_paths = ["/messages"]
     else:
-        routes.append(Route("/mcp", _Raw(sessions.handle_mcp), methods=["GET", "POST", "DELETE"]))
+        routes.append(Route("/mcp", _Raw(sessions.handle_mcp, stop), methods=["GET", "POST", "DELETE"]))
         json_paths = ["/mcp"]
     app: ASGIApp = Starlette(routes=routes)
     app = BodyGuard(app, settings.max_request_bytes, settings.body_timeout_seconds, json_paths)
@@ -139,12 +163,22 @@ class _ByPrefix:
 
 
 class _Raw:
-    """A Route endpoint that is a raw ASGI callable, not a request handler."""
+    """A Route endpoint that is a raw ASGI callable, not a request handler, served once the relay runs."""
 
-    def __init__(self, handler: Callable[[Scope, Receive, Send], Any]) -> None:
+    def __init__(self, handler: Callable[[Scope, Receive, Send], Any], stop: GuardStop) -> None:
         self.handler = handler
+        self.stop = stop
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if not self.stop.started.is_set():
+            waiting = anyio.CancelScope()
+            self.stop.stopping.add(waiting)
+            with waiting:
+                await self.stop.started.wait()
+            self.stop.stopping.discard(waiting)
+            if not self.stop.started.is_set():
+                await reply(send, 503, replies.STOPPING_AT_START, retry_after(RETRY_AFTER_BUSY))
+                return
         await self.handler(scope, receive, send)
 
 
@@ -158,6 +192,8 @@ class GuardStop:
         self.reload: Callable[[str], None] | None = None
         self.stopping = Stopping()
         """This guard's, handed to its relays (another guard in the process has its own)."""
+        self.started = anyio.Event()
+        """Every upstream's first start has succeeded or failed and the relay runs: MCP requests are served."""
 
     def drain(self) -> None:
         """Stop serving: calls in flight are answered with an error, then the server ends."""
@@ -225,13 +261,9 @@ async def serve(plan: Plan, stop: GuardStop, first: ChildProcess | None, sockets
             served = await topology(plan).build(plan, Start(agents, metrics, tg, first))
             sessions, slots = served.sessions, served.slots
             stop.reload = on_sighup(reloader_for(plan, served.reconfigure, tg), tg)
-            for slot in list(slots):
-                await slot.wait_settled(START_TIMEOUT)
-                if slot.status != "ready":
-                    logger.warning("upstream %r is not ready at start-up: %s", slot.name, slot.detail)
             connections = min(settings.max_connections, max(8, descriptors - DESCRIPTOR_RESERVE))
             config = uvicorn.Config(
-                build_app(sessions, slots, plan, metrics, health, store),
+                build_app(sessions, slots, plan, metrics, health, store, stop),
                 host=settings.host,
                 port=settings.port,
                 log_config=None,
@@ -245,7 +277,22 @@ async def serve(plan: Plan, stop: GuardStop, first: ChildProcess | None, sockets
                 timeout_graceful_shutdown=int(GRACEFUL_SECONDS),
             )
             stop.server = _Uvicorn(config)
-            async with sessions.running():
-                logger.info("serving MCP over %s on http://%s:%d", settings.transport, settings.host, settings.port)
+            logger.info("serving over %s on http://%s:%d", settings.transport, settings.host, settings.port)
+            async with anyio.create_task_group() as front:
+                front.start_soon(_relay_once_started, sessions, slots, stop.started)
                 await stop.server.serve(list(sockets))
+                front.cancel_scope.cancel()
             tg.cancel_scope.cancel()
+
+
+async def _relay_once_started(sessions: Front, slots: Sequence[Supervised], started: anyio.Event) -> None:
+    """Once every upstream's first start has succeeded or failed (each within ``START_TIMEOUT``), run the relay
+    and let MCP requests in, until cancelled: a client's first request meets its upstreams as they will be."""
+    for slot in list(slots):
+        await slot.wait_settled(START_TIMEOUT)
+        if slot.status != "ready":
+            logger.warning("upstream %r is not ready at start-up: %s", slot.name, slot.detail)
+    async with sessions.running():
+        logger.info("serving MCP")
+        started.set()
+        await anyio.sleep_forever()
