@@ -21,12 +21,12 @@ from mcp_loop_guard.core import replies
 from mcp_loop_guard.proxy.relay.judge import Judge, Pending, Refusal
 from mcp_loop_guard.proxy.relay.tasks import HeldTasks, created_task, wrong_shape
 from mcp_loop_guard.proxy.relay.verdicts import complete, failed
+from mcp_loop_guard.proxy.upstream.backoff import HANDSHAKE_TIMEOUT
 from mcp_loop_guard.proxy.wire import messages as wire
 from mcp_loop_guard.proxy.wire.messages import Message, RequestId
 from mcp_loop_guard.trace_context import CARRIER_KEYS, checked_meta
 
 __all__ = [
-    "HANDSHAKE_TIMEOUT",
     "OPEN_ENDED",
     "Annotations",
     "Call",
@@ -38,8 +38,6 @@ __all__ = [
     "timeout_of",
 ]
 
-HANDSHAKE_TIMEOUT = 120.0
-"""Seconds an upstream may take to answer ``initialize`` when no call timeout is set (``npx`` may download first)."""
 OPEN_ENDED = frozenset({"subscriptions/listen", "tasks/result"})
 """Requests that rightly stay open with no answer or progress: a listen stream lasts as long as the
 client keeps it, and ``tasks/result`` waits for a task that its own time-to-live bounds."""

@@ -27,7 +27,7 @@ from mcp_loop_guard import __version__
 from mcp_loop_guard.core import replies
 from mcp_loop_guard.plan import Limits
 from mcp_loop_guard.proxy.relay.tool_list import ToolList
-from mcp_loop_guard.proxy.upstream.backoff import Backoff
+from mcp_loop_guard.proxy.upstream.backoff import HANDSHAKE_TIMEOUT, Backoff
 from mcp_loop_guard.proxy.upstream.channel import Channel, Item, UpstreamDownError
 from mcp_loop_guard.proxy.upstream.channels import Opener
 from mcp_loop_guard.proxy.upstream.session import Downstream, Upstream, UpstreamGoneError
@@ -146,9 +146,10 @@ class ChannelLink:
         """One SDK session over the channel, held in a task of its own until it fails its handshake."""
         read_send, read_receive = anyio.create_memory_object_stream[SessionMessage | Exception](16)
         write_send, write_receive = anyio.create_memory_object_stream[SessionMessage](16)
-        upstream = Upstream(self.name, read_receive, write_send, label=self.channel.label)
-        upstream.handshake_timeout = self.limits.call_timeout or upstream.handshake_timeout
-        upstream.downstream = self.downstream
+        timeout = self.limits.call_timeout or HANDSHAKE_TIMEOUT
+        upstream = Upstream(
+            self.channel.label, read_receive, write_send, downstream=self.downstream, handshake_timeout=timeout
+        )
         self._to_session, self._open = read_send, set()
         self.upstream = upstream
         async with anyio.create_task_group() as tg:

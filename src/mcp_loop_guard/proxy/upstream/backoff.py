@@ -7,6 +7,8 @@ from dataclasses import dataclass
 
 START_TIMEOUT = 30.0
 """How long start-up (or the first translated request) waits for an upstream's first connection attempt."""
+HANDSHAKE_TIMEOUT = 120.0
+"""Seconds an upstream may take to answer ``initialize`` when no call timeout is set (``npx`` may download first)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -21,9 +21,10 @@ from typing import TYPE_CHECKING
 
 from mcp_loop_guard.config import HttpServer, ServerSpec
 from mcp_loop_guard.plan import Limits
+from mcp_loop_guard.proxy.upstream.backoff import HANDSHAKE_TIMEOUT
 from mcp_loop_guard.proxy.upstream.channel import Channel, Receiver
 from mcp_loop_guard.proxy.upstream.child import ChildProcess
-from mcp_loop_guard.proxy.upstream.stdio import HANDSHAKE_TIMEOUT, StdioUpstream
+from mcp_loop_guard.proxy.upstream.stdio import StdioUpstream
 
 if TYPE_CHECKING:
     from mcp_loop_guard.proxy.upstream.http_lines import HttpLines

@@ -47,9 +47,6 @@ REQUESTS: dict[str, type[BaseModel]] = {
 }
 """Client-to-server methods relayed upstream, with the SDK model that carries each."""
 
-HANDSHAKE_TIMEOUT = 120.0
-"""Seconds an upstream may take to answer initialize (``npx`` may download a package first)."""
-
 
 class Downstream(Protocol):
     """The client side, as the upstream sees it."""
@@ -72,18 +69,19 @@ class Upstream:
 
     def __init__(
         self,
-        name: str,
+        label: str,
         read: ReadStream[SessionMessage | Exception],
         write: WriteStream[SessionMessage],
         *,
-        label: str | None = None,
+        downstream: Downstream,
+        handshake_timeout: float,
     ) -> None:
-        """``label`` names the upstream in messages (never an expanded secret)."""
-        self.name = name
-        self._label = label or name
+        """``label`` names the upstream in messages (never an expanded secret); ``downstream`` hears its traffic."""
+        self.label = label
+        self.downstream = downstream
+        self.handshake_timeout = handshake_timeout
         self._gone: str | None = None
         self._unreadable = 0
-        self.handshake_timeout = HANDSHAKE_TIMEOUT
         self._gone_event = anyio.Event()
         self.session = MirrorSession(
             read,
@@ -93,14 +91,8 @@ class Upstream:
             list_roots_callback=self.on_list_roots,
             message_handler=self.on_message,
         )
-        self.downstream: Downstream | None = None
         self.initialize_result: types.InitializeResult | None = None
         self._connect_lock = anyio.Lock()
-
-    @property
-    def label(self) -> str:
-        """How error messages name this upstream."""
-        return self._label
 
     def gone_reason(self) -> str | None:
         """Why the upstream cannot answer any more, or None while it can."""
@@ -190,8 +182,6 @@ class Upstream:
     # Server-to-client traffic, relayed to the attached downstream.
 
     async def _to_downstream(self, request: BaseModel) -> Any:
-        if self.downstream is None:
-            return types.ErrorData(code=types.INVALID_REQUEST, message="no client is connected")
         try:
             return await self.downstream.request(request)
         except MCPError as exc:
@@ -233,8 +223,7 @@ class Upstream:
             return
         if isinstance(message, types.ProgressNotification):
             return  # relayed per request through the progress callback, never twice
-        if self.downstream is not None:
-            await self.downstream.notify(message)
+        await self.downstream.notify(message)
 
 
 def _as_list(raw: Mapping[str, Any]) -> Sequence[Any]:

@@ -19,12 +19,12 @@ import anyio.abc
 
 from mcp_loop_guard.core import replies
 from mcp_loop_guard.plan import Limits
-from mcp_loop_guard.proxy.upstream.backoff import Backoff
+from mcp_loop_guard.proxy.upstream.backoff import HANDSHAKE_TIMEOUT, Backoff
 from mcp_loop_guard.proxy.upstream.channel import Channel, Item, Receiver, UpstreamDownError
 from mcp_loop_guard.proxy.upstream.channels import Opener
 from mcp_loop_guard.proxy.upstream.mux import HandshakeRefusedError, Mux
 from mcp_loop_guard.proxy.upstream.mux_view import MuxView
-from mcp_loop_guard.proxy.upstream.shared_child import HANDSHAKE, HANDSHAKE_TIMEOUT
+from mcp_loop_guard.proxy.upstream.shared_child import HANDSHAKE
 from mcp_loop_guard.proxy.upstream.tool_facts import ToolFacts
 from mcp_loop_guard.proxy.wire import messages as wire
 from mcp_loop_guard.proxy.wire.messages import Message, RequestId

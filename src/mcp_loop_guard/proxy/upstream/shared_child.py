@@ -17,7 +17,7 @@ from mcp_loop_guard import __version__
 from mcp_loop_guard.config import StdioServer
 from mcp_loop_guard.core.fingerprint import canonical_json
 from mcp_loop_guard.plan import Limits
-from mcp_loop_guard.proxy.upstream.backoff import Backoff
+from mcp_loop_guard.proxy.upstream.backoff import HANDSHAKE_TIMEOUT, Backoff
 from mcp_loop_guard.proxy.upstream.channel import UpstreamDownError
 from mcp_loop_guard.proxy.upstream.child import ChildProcess, UpstreamStartError, spawn
 from mcp_loop_guard.proxy.upstream.health import Supervised
@@ -26,12 +26,9 @@ from mcp_loop_guard.proxy.wire.eras import HANDSHAKE_PROTOCOL_VERSIONS
 from mcp_loop_guard.proxy.wire.feed import feed_lines
 from mcp_loop_guard.proxy.wire.lines import LineReader
 
-__all__ = ["HANDSHAKE", "HANDSHAKE_TIMEOUT", "SharedChild"]
+__all__ = ["HANDSHAKE", "SharedChild"]
 
 logger = logging.getLogger(__name__)
-
-HANDSHAKE_TIMEOUT = 120.0
-"""Seconds the child may take to answer initialize (``npx`` may download a package first)."""
 
 HANDSHAKE = {
     "protocolVersion": HANDSHAKE_PROTOCOL_VERSIONS[-1],

@@ -26,7 +26,7 @@ import anyio.abc
 
 from mcp_loop_guard.config import ServerSpec, StdioServer
 from mcp_loop_guard.core import replies
-from mcp_loop_guard.proxy.upstream.backoff import Backoff
+from mcp_loop_guard.proxy.upstream.backoff import HANDSHAKE_TIMEOUT, Backoff
 from mcp_loop_guard.proxy.upstream.channel import Receiver, UpstreamDownError
 from mcp_loop_guard.proxy.upstream.child import ChildProcess, UpstreamStartError, spawn
 from mcp_loop_guard.proxy.wire.feed import feed_lines
@@ -35,8 +35,6 @@ from mcp_loop_guard.proxy.wire.messages import Message, RequestId, own_request_i
 
 logger = logging.getLogger(__name__)
 
-HANDSHAKE_TIMEOUT = 120.0
-"""Seconds a restarted upstream may take to answer the replayed initialize (``npx`` may download first)."""
 STUCK_SECONDS = 10.0
 """How long a child that sends requests may leave its input unread before it is stopped."""
 

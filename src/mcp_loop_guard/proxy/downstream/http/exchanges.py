@@ -32,6 +32,7 @@ from mcp_loop_guard.proxy.downstream.http.replies import (
 )
 from mcp_loop_guard.proxy.relay.judge import Judge
 from mcp_loop_guard.proxy.relay.lifecycle import Call, Refused, begin, cancellation, failure, timed_out, timeout_of
+from mcp_loop_guard.proxy.relay.stopping import Stopping
 from mcp_loop_guard.proxy.relay.tool_list import RESERVED_META
 from mcp_loop_guard.proxy.relay.verdicts import SERVER_INFO
 from mcp_loop_guard.proxy.upstream.exchange import HttpExchange, Response, UpstreamHttpError, forwarded_response_headers
@@ -53,20 +54,11 @@ class Relaying(Protocol):
     sessions: RelayedSessions
     server_info: object
 
+    stopping: Stopping
+    """The guard's: a request in flight when it stops is answered with an error."""
+
     def aborted(self, session: RelayedSession | None, tool: str) -> None:
         """An aborting refusal went out: end the session."""
-        ...
-
-    def register_stop(self, cancel: anyio.CancelScope) -> None:
-        """Cancel ``cancel`` when the guard starts shutting down."""
-        ...
-
-    def unregister_stop(self, cancel: anyio.CancelScope) -> None:
-        """``cancel`` is done."""
-        ...
-
-    def stopping(self) -> bool:
-        """The guard is shutting down."""
         ...
 
 
@@ -145,7 +137,7 @@ class Exchange:
     async def _forward(self) -> None:
         relay = self.relay
         stop = anyio.CancelScope()
-        relay.register_stop(stop)
+        relay.stopping.add(stop)
         if self.session is not None:
             self.session.scopes.add(stop)
         timeout = timeout_of(self.method, relay.spec.call_timeout or relay.plan.limits.call_timeout)
@@ -163,12 +155,12 @@ class Exchange:
             await self._fail(str(error), "gone")
             return
         finally:
-            relay.unregister_stop(stop)
+            relay.stopping.discard(stop)
             if self.session is not None:
                 self.session.scopes.discard(stop)
         if self.timer.cancelled_caught:
             await self._timed_out()
-        elif relay.stopping():
+        elif relay.stopping.flag:
             await self._fail(replies.SHUTTING_DOWN, "stopping")
         else:  # the guard ended the session under the request (aborted by another call, or evicted)
             await self._fail(replies.SESSION_ENDED, "ended")

@@ -76,6 +76,7 @@ class HttpRelay:
         self.settings = plan.settings
         self.spec = spec
         self.agents = agents
+        self.stopping = agents.stopping
         self.metrics = metrics
         self.upstream = HttpExchange(spec)
         self.facts = ToolFacts()
@@ -293,18 +294,6 @@ class HttpRelay:
         assert self._tg is not None
         self.sessions.retire(session)
         self._tg.start_soon(self.sessions.tell_upstream_ended, session)
-
-    def stopping(self) -> bool:
-        """The guard is shutting down (its first signal came)."""
-        return self.agents.stopping.flag
-
-    def register_stop(self, cancel: anyio.CancelScope) -> None:
-        """Cancel ``cancel`` when the guard starts shutting down."""
-        self.agents.stopping.add(cancel)
-
-    def unregister_stop(self, cancel: anyio.CancelScope) -> None:
-        """``cancel`` is done."""
-        self.agents.stopping.discard(cancel)
 
 
 async def _cancel_on_disconnect(receive: Receive, cancel: anyio.CancelScope) -> None:
