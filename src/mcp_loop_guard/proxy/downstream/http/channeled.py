@@ -16,20 +16,15 @@ from __future__ import annotations
 from collections.abc import Sequence
 from functools import partial
 
-import anyio
-
 from mcp_loop_guard.config import HttpServer, ServerSpec, StdioServer
 from mcp_loop_guard.metrics import Metrics
 from mcp_loop_guard.plan import Plan
 from mcp_loop_guard.proxy.downstream.http.agents import Agents
 from mcp_loop_guard.proxy.downstream.http.middleware import HostRules
-from mcp_loop_guard.proxy.downstream.http.muxed_sessions import MuxedSession
 from mcp_loop_guard.proxy.downstream.http.muxed_stateless import StatelessRequests
 from mcp_loop_guard.proxy.downstream.http.session_relay import SessionRelay
 from mcp_loop_guard.proxy.downstream.http.translating import Translating
-from mcp_loop_guard.proxy.relay.judge import Judge
-from mcp_loop_guard.proxy.relay.pipe import Pipe
-from mcp_loop_guard.proxy.upstream.channels import channel, opener
+from mcp_loop_guard.proxy.upstream.channels import Opener, channel, opener
 from mcp_loop_guard.proxy.upstream.shared_channel import SharedChannel
 
 __all__ = ["ChanneledRelay"]
@@ -68,33 +63,9 @@ class ChanneledRelay(SessionRelay):
         self.spec = spec
         return None if self.shared is None else await self.shared.channel.reconfigure(servers)
 
-    def new_session(self, token: str, *, kind: str = "session", judge: Judge | None = None) -> MuxedSession:
-        """A session opened with ``token``, and its own session at the server, opened now and ended with it."""
-        if judge is not None:
-            return self.request_session(token, kind, judge)
-        assert self._tg is not None, "the relay is not running"
-        session = self.sessions.new(token, None, kind=kind)
-        judge = self.agents.judge(self.sessions.key(session))
-        aborted = partial(self.aborted, session)
-        # A child that cannot start fails this session's requests, not the guard (lenient).
-        pipe = Pipe(
-            partial(channel, self.spec, limits=self.limits, lenient=True),
-            session.send,
-            judge,
-            server=self.spec.name,
-            limits=self.limits,
-            on_abort=aborted,
-        )
-        session.pipe = pipe
-        connection = anyio.CancelScope()
-        session.on_retire = connection.cancel
-        self._tg.start_soon(self._connect, pipe, connection)
-        return session
-
-    async def _connect(self, pipe: Pipe, connection: anyio.CancelScope) -> None:
-        """The session's upstream channel, until the session ends (a streamable HTTP session is DELETEd then)."""
-        with connection:
-            await pipe.upstream.run()
+    def _reach(self) -> Opener:
+        """An upstream session (or child) of the session's own; one that cannot start fails its requests (lenient)."""
+        return partial(channel, self.spec, limits=self.limits, lenient=True)
 
 
 def _same_server(old: ServerSpec, new: ServerSpec) -> bool:

@@ -14,7 +14,6 @@ child through a share of its own; legacy SSE connections are sessions of the rel
 from __future__ import annotations
 
 from collections.abc import Sequence
-from functools import partial
 from typing import Any
 
 import anyio
@@ -25,14 +24,11 @@ from mcp_loop_guard.metrics import Metrics
 from mcp_loop_guard.plan import Plan
 from mcp_loop_guard.proxy.downstream.http.agents import Agents
 from mcp_loop_guard.proxy.downstream.http.middleware import HostRules
-from mcp_loop_guard.proxy.downstream.http.muxed_sessions import MuxedSession
 from mcp_loop_guard.proxy.downstream.http.muxed_stateless import StatelessRequests
 from mcp_loop_guard.proxy.downstream.http.session_relay import SessionRelay
 from mcp_loop_guard.proxy.downstream.http.translating import Translating
-from mcp_loop_guard.proxy.relay.judge import Judge
-from mcp_loop_guard.proxy.relay.pipe import Pipe
 from mcp_loop_guard.proxy.upstream.channel import Receiver
-from mcp_loop_guard.proxy.upstream.channels import Behind
+from mcp_loop_guard.proxy.upstream.channels import Behind, Opener
 from mcp_loop_guard.proxy.upstream.child import ChildProcess
 from mcp_loop_guard.proxy.upstream.mux import Mux
 from mcp_loop_guard.proxy.upstream.mux_view import MuxView
@@ -61,7 +57,7 @@ class MuxedRelay(SessionRelay):
         self.security = security
         self.slots = [SharedChild(spec, plan.limits, first=first)]
         """The one upstream, a list for ``/readyz`` (a config reload may replace it)."""
-        self.facts = ToolFacts()
+        self.facts = ToolFacts()  # one child: what one session learnt of its tools holds for all
         self.stateless = StatelessRequests(self)
         self._watched: list[SharedChild] = []
         self._supervisor = anyio.CancelScope()
@@ -136,26 +132,8 @@ class MuxedRelay(SessionRelay):
         await self._supervising.start(self._supervised, self.slot, self._supervisor)
         return None
 
-    def new_session(self, token: str, *, kind: str = "session", judge: Judge | None = None) -> MuxedSession:
-        """A session opened with ``token``; its view attaches to the child when it first sends.
-
-        ``kind`` is the prefix of its agent's key, and says how its lines go (see :class:`MuxedSession`).
-        With ``judge`` (a keyed agent's, for one sessionless request) the session is not kept.
-        """
-        spec = self.slot.spec
-        if judge is None:
-            session = self.sessions.new(token, None, kind=kind)
-            judge = self.agents.judge(self.sessions.key(session))
-        else:
-            session = MuxedSession(b"", token, None, kind=kind)
-        aborted = partial(self.aborted, session)
-        limits, facts = self.limits, self.facts  # one child: what one session learnt of its tools holds for all
-        pipe = Pipe(self._share, session.send, judge, server=spec.name, limits=limits, on_abort=aborted, facts=facts)
-        assert isinstance(pipe.upstream, MuxView)
-        session.pipe, session.view = pipe, pipe.upstream
-        if session.session_id:
-            session.on_retire = pipe.upstream.leave
-        return session
+    def _reach(self) -> Opener:
+        return self._share
 
     def _share(self, receiver: Receiver) -> MuxView:
         """A share of the child, for one session (or the SDK path); it attaches to the child when it first sends."""

@@ -60,6 +60,8 @@ class MuxedSession:
     pipe: Pipe | None = None
     on_retire: Callable[[], None] | None = None
     """What lets the upstream go when the session ends (the child's share, or a connection of its own)."""
+    running: anyio.Event | None = None
+    """Set once the session's upstream runs (its first message waits for it)."""
     streams: dict[RequestId, EventLog] = field(default_factory=dict)
     """Each request's event log, until its answer is in."""
     logs: dict[int, EventLog] = field(default_factory=dict)

@@ -16,7 +16,6 @@ the same members.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from functools import partial
 from typing import Any
 
 import anyio
@@ -35,11 +34,9 @@ from mcp_loop_guard.proxy.downstream.http.probe import HttpProbe, SseProbe
 from mcp_loop_guard.proxy.downstream.http.routed_modern import ModernRequests
 from mcp_loop_guard.proxy.downstream.http.session_relay import SessionRelay
 from mcp_loop_guard.proxy.downstream.http.translating import Translating
-from mcp_loop_guard.proxy.relay.judge import Judge
-from mcp_loop_guard.proxy.relay.pipe import Pipe
 from mcp_loop_guard.proxy.upstream.backoff import START_TIMEOUT
 from mcp_loop_guard.proxy.upstream.channel import Channel, Receiver
-from mcp_loop_guard.proxy.upstream.channels import Behind, channel, opener
+from mcp_loop_guard.proxy.upstream.channels import Behind, Opener, channel, opener
 from mcp_loop_guard.proxy.upstream.exchange import HttpExchange
 from mcp_loop_guard.proxy.upstream.health import Supervised
 from mcp_loop_guard.proxy.upstream.mux import Mux
@@ -75,8 +72,6 @@ class RoutedRelay(SessionRelay):
         self.owners: dict[str, tuple[str, str]] = {}
         """Exported name -> the (server, name) first given it, in every session."""
         self._tg_supervising: anyio.abc.TaskGroup | None = None
-        self._opening: dict[bytes, anyio.Event] = {}
-        """Sessions opened whose router is starting: set once it runs."""
         if plan.settings.stateless and plan.settings.transport == "http":
             self.stateless = StatelessRequests(self)
             self.shared = SharedChannel(self._behind().reach, self.limits)
@@ -174,9 +169,7 @@ class RoutedRelay(SessionRelay):
 
     def _behind(self) -> Behind:
         """The SDK path reaches the servers through a router of its own, over the same children."""
-        catalog = Catalog(self.owners, on_listed=self.metrics.learn, on_dropped=self.metrics.dropped)
-        reach = opener(self.specs, self.limits, member=self._member, catalog=catalog, usable=self.usable)
-        return Behind("servers", reach, self.limits)
+        return Behind("servers", self._reach(), self.limits)
 
     async def reconfigure(self, servers: Sequence[ServerSpec]) -> str | None:
         """A config reload: servers added, removed or changed for every open session; one server needs a restart."""
@@ -207,30 +200,15 @@ class RoutedRelay(SessionRelay):
 
     # --- sessions ----------------------------------------------------------------------------
 
-    def new_session(self, token: str, *, kind: str = "session", judge: Judge | None = None) -> MuxedSession:
-        """A session opened with ``token``, its router's members opened now and ended with it."""
-        if judge is not None:
-            return self.request_session(token, kind, judge)
-        assert self._tg is not None, "the relay is not running"
-        session = self.sessions.new(token, None, kind=kind)
-        judge = self.agents.judge(self.sessions.key(session))
+    def _reach(self) -> Opener:
+        """A router of the session's own, its members opened with it and ended with it."""
         catalog = Catalog(self.owners, on_listed=self.metrics.learn, on_dropped=self.metrics.dropped)
-        reach = opener(self.specs, self.limits, member=self._member, catalog=catalog, usable=self.usable)
-        aborted = partial(self.aborted, session)
-        pipe = Pipe(reach, session.send, judge, server=self.server.name, limits=self.limits, on_abort=aborted)
-        session.pipe = pipe
-        connection = anyio.CancelScope()
-        session.on_retire = partial(_retired, pipe.upstream, connection)
-        ready = self._opening[session.session_id] = anyio.Event()
-        self._tg.start_soon(self._connect, pipe, connection, ready)
-        return session
+        return opener(self.specs, self.limits, member=self._member, catalog=catalog, usable=self.usable)
 
-    async def _open(self, scope: Scope, send: Send) -> MuxedSession | None:
-        """A new session for an ``initialize``, once its router's members run (they take its handshake)."""
-        session = await super()._open(scope, send)
-        if session is not None:
-            await self._opening.pop(session.session_id).wait()
-        return session
+    def _left(self, upstream: Channel) -> None:
+        if isinstance(upstream, Router):
+            for member in upstream.members.values():
+                super()._left(member)
 
     def _member(self, spec: ServerSpec, receiver: Receiver) -> Channel:
         """A stdio server: a share of its child (or a child of its own); an HTTP server: a session of its own."""
@@ -247,25 +225,6 @@ class RoutedRelay(SessionRelay):
         if slot is not None:
             view.down = f"upstream {label} is {slot.status}: {slot.reason}"
         return view
-
-    async def _connect(self, pipe: Pipe, connection: anyio.CancelScope, ready: anyio.Event) -> None:
-        """The session's router and its members' connections, until the session ends."""
-        try:
-            with connection:
-                async with anyio.create_task_group() as tg:
-                    await tg.start(pipe.upstream.run)
-                    ready.set()
-        finally:
-            ready.set()
-
-
-def _retired(router: Channel, connection: anyio.CancelScope) -> None:
-    """The session ended: its shares of the children are left, its upstream sessions end."""
-    if isinstance(router, Router):
-        for member in router.members.values():
-            if isinstance(member, MuxView):
-                member.leave()
-    connection.cancel()
 
 
 async def _supervised(

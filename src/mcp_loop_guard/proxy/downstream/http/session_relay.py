@@ -15,6 +15,7 @@ from __future__ import annotations
 import logging
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
+from functools import partial
 
 import anyio
 import anyio.abc
@@ -46,7 +47,12 @@ from mcp_loop_guard.proxy.downstream.http.relayed import SESSION, VERSION
 from mcp_loop_guard.proxy.downstream.http.replies import is_modern
 from mcp_loop_guard.proxy.downstream.http.translating import Translating
 from mcp_loop_guard.proxy.relay.judge import Judge
+from mcp_loop_guard.proxy.relay.pipe import Pipe
+from mcp_loop_guard.proxy.upstream.channel import Channel
+from mcp_loop_guard.proxy.upstream.channels import Opener
+from mcp_loop_guard.proxy.upstream.mux_view import MuxView
 from mcp_loop_guard.proxy.upstream.shared_channel import SharedChannel
+from mcp_loop_guard.proxy.upstream.tool_facts import ToolFacts
 from mcp_loop_guard.proxy.wire.eras import HANDSHAKE_PROTOCOL_VERSIONS
 from mcp_loop_guard.proxy.wire.messages import Message
 
@@ -86,6 +92,8 @@ class SessionRelay:
         """``--stateless`` requests, for a relay that serves them."""
         self.shared: SharedChannel | None = None
         """The channel ``--stateless`` requests share, for a relay that reaches its servers over one."""
+        self.facts: ToolFacts | None = None
+        """The tools' annotations every session's relay shares (in front of one child), else each learns its own."""
         self._tg: anyio.abc.TaskGroup | None = None
 
     @property
@@ -117,17 +125,58 @@ class SessionRelay:
     def _started(self) -> None:
         """Hook: the relay's task group is there."""
 
-    def new_session(self, token: str, *, kind: str = "session", judge: Judge | None = None) -> MuxedSession:
-        """A session opened with ``token``, with its relay (not kept, given a sessionless request's ``judge``)."""
+    def _reach(self) -> Opener:
+        """How a session's relay reaches the servers: a share of the child, or a channel or router of its own."""
         raise NotImplementedError
 
-    def request_session(self, token: str, kind: str, judge: Judge) -> MuxedSession:
-        """A ``--stateless`` request's session, not kept: its relay over a share of :attr:`shared`."""
-        assert self.shared is not None, "only a relay with a shared channel serves requests this way"
-        limits = self.limits
-        return request_session(
-            self.shared, token, kind, judge, server=self.server.name, limits=limits, on_abort=self.aborted
+    def _left(self, upstream: Channel) -> None:
+        """A session's upstream is let go: a share of a shared child is left (a router's, each of its shares)."""
+        if isinstance(upstream, MuxView):
+            upstream.leave()
+
+    def new_session(self, token: str, *, kind: str = "session", judge: Judge | None = None) -> MuxedSession:
+        """A session opened with ``token``, its upstream (:meth:`_reach`) run until the session ends.
+
+        Given a sessionless request's ``judge``, a session that is not kept: its relay over a
+        share of :attr:`shared` (or, in front of a shared child, of the child).
+        """
+        server, limits = self.server.name, self.limits
+        if judge is not None and self.shared is not None:
+            return request_session(self.shared, token, kind, judge, server=server, limits=limits, on_abort=self.aborted)
+        if judge is None:
+            session = self.sessions.new(token, None, kind=kind)
+            judge = self.agents.judge(self.sessions.key(session))
+        else:
+            session = MuxedSession(b"", token, None, kind=kind)
+        aborted = partial(self.aborted, session)
+        pipe = Pipe(
+            self._reach(), session.send, judge, server=server, limits=limits, on_abort=aborted, facts=self.facts
         )
+        session.pipe = pipe
+        if isinstance(pipe.upstream, MuxView):
+            session.view = pipe.upstream
+        if session.session_id:
+            assert self._tg is not None, "the relay is not running"
+            connection = anyio.CancelScope()
+            session.on_retire = partial(self._retired, pipe.upstream, connection)
+            session.running = anyio.Event()
+            self._tg.start_soon(self._connect, pipe.upstream, connection, session.running)
+        return session
+
+    async def _connect(self, upstream: Channel, connection: anyio.CancelScope, running: anyio.Event) -> None:
+        """A session's upstream, until the session ends (a streamable HTTP session is DELETEd then)."""
+        try:
+            with connection:
+                async with anyio.create_task_group() as tg:
+                    await tg.start(upstream.run)
+                    running.set()
+        finally:
+            running.set()
+
+    def _retired(self, upstream: Channel, connection: anyio.CancelScope) -> None:
+        """The session ended: its shares of shared children are left, its own upstream ends."""
+        self._left(upstream)
+        connection.cancel()
 
     @property
     def ping(self) -> float:
@@ -228,10 +277,13 @@ class SessionRelay:
         await self.request(session, parsed, scope, receive, send)
 
     async def _open(self, scope: Scope, send: Send) -> MuxedSession | None:
-        """A new session for an ``initialize``; None when there is no room (the client got 503)."""
+        """A new session for an ``initialize``, once its upstream runs; None: no room (the client got 503)."""
         if not await self.room(send):
             return None
-        return self.new_session(token_of(scope))
+        session = self.new_session(token_of(scope))
+        if session.running is not None:
+            await session.running.wait()
+        return session
 
     async def room(self, send: Send) -> bool:
         """Room for one more session: the least recently used idle one ends, or the client gets 503."""
