@@ -20,11 +20,10 @@ from mcp_loop_guard.metrics import Metrics
 from mcp_loop_guard.plan import Plan
 from mcp_loop_guard.proxy.downstream.http.agents import Agents
 from mcp_loop_guard.proxy.downstream.http.middleware import security_settings
-from mcp_loop_guard.proxy.downstream.http.probe import HttpProbe, SseProbe
+from mcp_loop_guard.proxy.downstream.http.probe import HttpProbe, Supervisor
 from mcp_loop_guard.proxy.downstream.http.relayed import HttpRelay
 from mcp_loop_guard.proxy.downstream.http.translating import Translating
 from mcp_loop_guard.proxy.upstream.child import ChildProcess
-from mcp_loop_guard.proxy.upstream.exchange import HttpExchange
 from mcp_loop_guard.proxy.upstream.health import Supervised
 
 if TYPE_CHECKING:
@@ -143,7 +142,7 @@ async def muxed_front(plan: Plan, at: Start) -> Served:
     spec = _one(muxed_upstream(plan))
     sessions = MuxedRelay(plan, spec, agents=at.agents, metrics=at.metrics, security=security, first=at.first)
     await sessions.supervise(at.tg)
-    return Served(sessions, sessions.slots, sessions.reconfigure)
+    return Served(sessions, sessions.supervisor.slots, sessions.reconfigure)
 
 
 async def channeled_front(plan: Plan, at: Start) -> Served:
@@ -154,41 +153,16 @@ async def channeled_front(plan: Plan, at: Start) -> Served:
     security = security_settings(plan.settings)
     translating = Translating(plan, agents=agents, metrics=metrics, security=security)
     sessions = ChanneledRelay(plan, spec, agents=agents, metrics=metrics, translating=translating, security=security)
-    probes: list[Supervised] = []
-    """The server's probe, for ``/readyz`` (a config reload that changes the server replaces it)."""
-    scope = anyio.CancelScope()
-
-    async def probe(
-        spec: ServerSpec,
-        scope: anyio.CancelScope,
-        *,
-        task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED,
-    ) -> None:
-        if not isinstance(spec, HttpServer):  # a child per session: nothing to keep up between sessions
-            probes.clear()
-            task_status.started()
-            return
-        exchange = HttpExchange(spec) if spec.transport != "sse" else None
-        probes[:] = [SseProbe(spec, plan.limits) if exchange is None else HttpProbe(spec, plan.limits, exchange)]
-        with scope:
-            try:
-                await probes[0].supervise(task_status=task_status)
-            finally:
-                if exchange is not None:
-                    with anyio.CancelScope(shield=True):
-                        await exchange.aclose()
+    probes = Supervisor(plan.limits, child_per_session=True)  # none for a child per session
 
     async def reconfigure(servers: Sequence[ServerSpec]) -> str | None:
-        nonlocal scope
         problem = await sessions.reconfigure(servers)
-        if problem is None and (not probes or probes[0].spec != sessions.spec):
-            old, scope = scope, anyio.CancelScope()
-            old.cancel()
-            await tg.start(probe, sessions.spec, scope)
+        if problem is None:
+            await probes.keep(tg, [sessions.spec])
         return problem
 
-    await tg.start(probe, spec, scope)
-    return Served(sessions, probes, reconfigure)
+    await probes.keep(tg, [spec])
+    return Served(sessions, probes.slots, reconfigure)
 
 
 async def routed_front(plan: Plan, at: Start) -> Served:
@@ -197,7 +171,7 @@ async def routed_front(plan: Plan, at: Start) -> Served:
 
     sessions = RoutedRelay(plan, agents=at.agents, metrics=at.metrics, security=security_settings(plan.settings))
     await sessions.supervise(at.tg)
-    return Served(sessions, sessions.slots, sessions.reconfigure)
+    return Served(sessions, sessions.supervisor.slots, sessions.reconfigure)
 
 
 @dataclass(frozen=True, slots=True)

@@ -25,6 +25,7 @@ from mcp_loop_guard.plan import Plan
 from mcp_loop_guard.proxy.downstream.http.agents import Agents
 from mcp_loop_guard.proxy.downstream.http.middleware import HostRules
 from mcp_loop_guard.proxy.downstream.http.muxed_stateless import StatelessRequests
+from mcp_loop_guard.proxy.downstream.http.probe import Supervisor
 from mcp_loop_guard.proxy.downstream.http.session_relay import SessionRelay
 from mcp_loop_guard.proxy.downstream.http.translating import Translating
 from mcp_loop_guard.proxy.upstream.channel import Receiver
@@ -55,81 +56,58 @@ class MuxedRelay(SessionRelay):
         translating = Translating(plan, agents=agents, metrics=metrics, security=security, behind=self._behind)
         super().__init__(plan, agents=agents, metrics=metrics, translating=translating, security=security)
         self.security = security
-        self.slots = [SharedChild(spec, plan.limits, first=first)]
-        """The one upstream, a list for ``/readyz`` (a config reload may replace it)."""
+        self.spec = spec
+        self.first = first
+        self.supervisor = Supervisor(plan.limits, on_child=self._changed)
+        """The one child (a config reload may replace it)."""
         self.facts = ToolFacts()  # one child: what one session learnt of its tools holds for all
         self.stateless = StatelessRequests(self)
-        self._watched: list[SharedChild] = []
-        self._supervisor = anyio.CancelScope()
         self._supervising: anyio.abc.TaskGroup | None = None
 
     @property
     def slot(self) -> SharedChild:
-        """The one upstream (a config reload may replace it)."""
-        return self.slots[0]
+        """The one child (a config reload may replace it)."""
+        slot = self.supervisor.slots[0]
+        assert isinstance(slot, SharedChild)
+        return slot
 
     async def supervise(self, tg: anyio.abc.TaskGroup) -> None:
         """Keep the child up, in ``tg``."""
         self._supervising = tg
-        await tg.start(self._supervised, self.slot, self._supervisor)
-
-    @staticmethod
-    async def _supervised(
-        slot: SharedChild,
-        scope: anyio.CancelScope,
-        *,
-        task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED,
-    ) -> None:
-        with scope:
-            await slot.supervise(task_status=task_status)
+        await self.supervisor.keep(tg, [self.spec], first=self.first)
+        self.first = None
 
     def _behind(self) -> Behind:
         """The SDK path reaches the same child, through a share of its own."""
-        return Behind(self.slot.spec.name, self._share, self.limits)
+        return Behind(self.spec.name, self._share, self.limits)
 
     @property
     def server(self) -> ServerSpec:
         """The one stdio server."""
-        return self.slot.spec
+        return self.spec
 
-    def _started(self) -> None:
-        self._watch(self.slot)
-
-    def _watch(self, slot: SharedChild) -> None:
-        """Attach the sessions to each new child of ``slot``, telling them when its tools changed."""
-        if any(watched is slot for watched in self._watched):
+    def _changed(self, slot: SharedChild, tools_changed: bool) -> None:
+        """A new child serves: the sessions attach to it, and are told when its tools changed."""
+        mux = slot.mux
+        if slot.status != "ready" or mux is None or self._tg is None:
             return
-        self._watched.append(slot)  # held: an id of a slot gone could come back as a new slot's
-
-        def changed(changed_slot: SharedChild, tools_changed: bool) -> None:
-            mux = changed_slot.mux
-            if changed_slot.status != "ready" or mux is None or self._tg is None:
-                return
-            for session in list(self.sessions.live.values()):
-                if session.view is not None and session.view.mux is not mux:
-                    mux.attach(session.view)
-                    if session.pipe is not None:
-                        self._tg.start_soon(session.pipe.upstream_restarted)
-            shared = self.translating.channel()
-            if isinstance(shared, MuxView) and shared.mux is not mux:
-                mux.attach(shared)
-                self._tg.start_soon(self.translating.restarted)
-
-        slot.on_change(changed)
+        for session in list(self.sessions.live.values()):
+            if session.view is not None and session.view.mux is not mux:
+                mux.attach(session.view)
+                if session.pipe is not None:
+                    self._tg.start_soon(session.pipe.upstream_restarted)
+        shared = self.translating.channel()
+        if isinstance(shared, MuxView) and shared.mux is not mux:
+            mux.attach(shared)
+            self._tg.start_soon(self.translating.restarted)
 
     async def reconfigure(self, servers: Sequence[ServerSpec]) -> str | None:
         """A config reload: the one stdio server, changed or not, applies at once; anything else needs a restart."""
         if len(servers) != 1 or not isinstance(servers[0], StdioServer):
             return "this guard relays one stdio server directly; serving other servers needs a restart"
-        spec = servers[0]
-        if spec == self.slot.spec:
-            return None
         assert self._supervising is not None, "supervise() runs before a reload"
-        old, self._supervisor = self._supervisor, anyio.CancelScope()
-        self.slots[0] = SharedChild(spec, self.plan.limits)
-        self._watch(self.slot)
-        old.cancel()  # the old child stops; its sessions' calls in flight get why
-        await self._supervising.start(self._supervised, self.slot, self._supervisor)
+        self.spec = servers[0]
+        await self.supervisor.keep(self._supervising, servers)  # the old child stops; its calls in flight get why
         return None
 
     def _reach(self) -> Opener:

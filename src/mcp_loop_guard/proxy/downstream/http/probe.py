@@ -1,22 +1,24 @@
-"""Whether the one HTTP server a relay serves is up, asked as a client of the guard's own, for ``/readyz``.
+"""Whether the servers a relay serves are up, for ``/readyz``: a stdio server's shared child, an HTTP server's probe.
 
 The relay itself keeps no upstream connection between requests (or one per client session),
 so this probe is what notices a server that went away: it opens a session with an
 ``initialize`` of its own, pings it while idle, and opens another with backoff once the
 server stops answering. It speaks raw JSON-RPC over the guard's own HTTP client, to a
 streamable HTTP server (:class:`HttpProbe`) or a legacy SSE one (:class:`SseProbe`), so a
-relay never loads the SDK for it.
+relay never loads the SDK for it. A front keeps them up, one per server, with a :class:`Supervisor`.
 """
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable, Sequence
 from contextlib import suppress
 
 import anyio
+import anyio.abc
 
 from mcp_loop_guard import codec
-from mcp_loop_guard.config import HttpServer, redact_url
+from mcp_loop_guard.config import HttpServer, ServerSpec, StdioServer, redact_url
 from mcp_loop_guard.plan import Limits
 from mcp_loop_guard.proxy.downstream.http.replies import (
     EVENTS,
@@ -26,15 +28,16 @@ from mcp_loop_guard.proxy.downstream.http.replies import (
     handshake,
     read_answer,
 )
-from mcp_loop_guard.proxy.upstream.backoff import Backoff
+from mcp_loop_guard.proxy.upstream.backoff import START_TIMEOUT, Backoff
 from mcp_loop_guard.proxy.upstream.channel import UpstreamDownError
+from mcp_loop_guard.proxy.upstream.child import ChildProcess
 from mcp_loop_guard.proxy.upstream.exchange import HttpExchange, UpstreamHttpError
 from mcp_loop_guard.proxy.upstream.health import HTTP_HANDSHAKE_TIMEOUT, Supervised
-from mcp_loop_guard.proxy.upstream.shared_child import HANDSHAKE
+from mcp_loop_guard.proxy.upstream.shared_child import HANDSHAKE, SharedChild
 from mcp_loop_guard.proxy.upstream.sse_lines import SseLines
 from mcp_loop_guard.proxy.wire import messages as wire
 
-__all__ = ["HttpProbe", "SseProbe"]
+__all__ = ["HttpProbe", "SseProbe", "Supervisor"]
 
 logger = logging.getLogger(__name__)
 
@@ -190,3 +193,88 @@ class _Lost:
 
     async def upstream_restarted(self) -> None:
         """A reopened stream is a new probe's business."""
+
+
+class Supervisor:
+    """What a front keeps up between its sessions, one per server: a stdio server's shared child (none with
+    ``--child-per-session``), an HTTP or SSE server's probe; each supervised in a cancel scope of its own."""
+
+    def __init__(
+        self,
+        limits: Limits,
+        *,
+        child_per_session: bool = False,
+        on_child: Callable[[SharedChild, bool], None] | None = None,
+        on_probe: Callable[[Supervised, bool], None] | None = None,
+    ) -> None:
+        """``on_child``, ``on_probe``: told when a child or probe goes up or down (see ``Supervised.on_change``)."""
+        self.limits = limits
+        self.child_per_session = child_per_session
+        self.on_child, self.on_probe = on_child, on_probe
+        self.kept: dict[str, tuple[Supervised, anyio.CancelScope]] = {}
+        self.slots: list[Supervised] = []
+        """What ``/readyz`` reports, in the config's order (kept in place across a reload)."""
+
+    def get(self, name: str) -> Supervised | None:
+        """The child or probe of server ``name``, if it has one."""
+        found = self.kept.get(name)
+        return found[0] if found is not None else None
+
+    async def keep(
+        self,
+        tg: anyio.abc.TaskGroup,
+        specs: Sequence[ServerSpec],
+        *,
+        first: ChildProcess | None = None,
+        settle: bool = False,
+    ) -> None:
+        """Supervise ``specs`` in ``tg`` from now on: a server added or changed starts anew, one removed stops.
+
+        ``first``: a stdio server's child, started before the event loop; ``settle``: each one
+        started is waited for until its first attempt succeeded or failed.
+        """
+        names = {spec.name for spec in specs}
+        for name in [name for name in self.kept if name not in names]:
+            self.kept.pop(name)[1].cancel()
+        for spec in specs:
+            found = self.kept.get(spec.name)
+            if found is not None and found[0].spec == spec:
+                continue
+            if found is not None:
+                self.kept.pop(spec.name)[1].cancel()
+            slot = self._slot(spec, first)
+            if slot is None:
+                continue
+            scope = anyio.CancelScope()
+            self.kept[spec.name] = (slot, scope)
+            await tg.start(_supervised, slot, scope)
+            if settle:
+                await slot.wait_settled(START_TIMEOUT)  # clients then see its tools
+        self.slots[:] = [self.kept[spec.name][0] for spec in specs if spec.name in self.kept]
+
+    def _slot(self, spec: ServerSpec, first: ChildProcess | None) -> Supervised | None:
+        if isinstance(spec, StdioServer):
+            if self.child_per_session:
+                return None  # each session starts its own child: nothing to keep up between sessions
+            child = SharedChild(spec, self.limits, first=first)
+            if self.on_child is not None:
+                child.on_change(self.on_child)
+            return child
+        probe = (
+            SseProbe(spec, self.limits) if spec.transport == "sse" else HttpProbe(spec, self.limits, HttpExchange(spec))
+        )
+        if self.on_probe is not None:
+            probe.on_change(self.on_probe)
+        return probe
+
+
+async def _supervised(
+    slot: Supervised, scope: anyio.CancelScope, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED
+) -> None:
+    with scope:
+        try:
+            await slot.supervise(task_status=task_status)
+        finally:
+            if isinstance(slot, HttpProbe):  # its connections are its own
+                with anyio.CancelScope(shield=True):
+                    await slot.exchange.aclose()

@@ -16,13 +16,12 @@ the same members.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
 
 import anyio
 import anyio.abc
 from starlette.types import Receive, Scope, Send
 
-from mcp_loop_guard.config import HttpServer, ServerSpec, StdioServer
+from mcp_loop_guard.config import HttpServer, ServerSpec
 from mcp_loop_guard.core import replies
 from mcp_loop_guard.metrics import Metrics
 from mcp_loop_guard.plan import Limits, Plan
@@ -30,14 +29,12 @@ from mcp_loop_guard.proxy.downstream.http.agents import Agents
 from mcp_loop_guard.proxy.downstream.http.middleware import HostRules, reply
 from mcp_loop_guard.proxy.downstream.http.muxed_sessions import MuxedSession
 from mcp_loop_guard.proxy.downstream.http.muxed_stateless import StatelessRequests
-from mcp_loop_guard.proxy.downstream.http.probe import HttpProbe, SseProbe
+from mcp_loop_guard.proxy.downstream.http.probe import HttpProbe, Supervisor
 from mcp_loop_guard.proxy.downstream.http.routed_modern import ModernRequests
 from mcp_loop_guard.proxy.downstream.http.session_relay import SessionRelay
 from mcp_loop_guard.proxy.downstream.http.translating import Translating
-from mcp_loop_guard.proxy.upstream.backoff import START_TIMEOUT
 from mcp_loop_guard.proxy.upstream.channel import Channel, Receiver
 from mcp_loop_guard.proxy.upstream.channels import Behind, Opener, channel, opener
-from mcp_loop_guard.proxy.upstream.exchange import HttpExchange
 from mcp_loop_guard.proxy.upstream.health import Supervised
 from mcp_loop_guard.proxy.upstream.mux import Mux
 from mcp_loop_guard.proxy.upstream.mux_view import MuxView
@@ -65,10 +62,10 @@ class RoutedRelay(SessionRelay):
         super().__init__(plan, agents=agents, metrics=metrics, translating=translating, security=security)
         self.security = security
         self.specs: list[ServerSpec] = list(plan.config.servers)
-        self.supervised: dict[str, tuple[Supervised, anyio.CancelScope]] = {}
-        """Each server's child (stdio) or probe (HTTP), and the scope it is supervised in."""
-        self.slots: list[Supervised] = []
-        """What ``/readyz`` reports, in the config's order (kept in place across a reload)."""
+        self.supervisor = Supervisor(
+            plan.limits, child_per_session=plan.settings.child_per_session, on_child=self._attach, on_probe=self._serves
+        )
+        """Each stdio server's child (unless each session has its own) and each HTTP server's probe."""
         self.owners: dict[str, tuple[str, str]] = {}
         """Exported name -> the (server, name) first given it, in every session."""
         self._tg_supervising: anyio.abc.TaskGroup | None = None
@@ -89,7 +86,8 @@ class RoutedRelay(SessionRelay):
 
     async def modern_request(self, scope: Scope, receive: Receive, send: Send) -> None:
         """A 2026-07-28 request: relayed as messages when every server speaks that era, else translated."""
-        exchanges = {name: slot.exchange for name, (slot, _) in self.supervised.items() if isinstance(slot, HttpProbe)}
+        kept = self.supervisor.slots
+        exchanges = {slot.name: slot.exchange for slot in kept if isinstance(slot, HttpProbe)}
         if not await self.modern.relayed(self.specs, exchanges):
             await self.translating.serve(scope, receive, send)
         elif scope["method"] == "POST":
@@ -106,34 +104,10 @@ class RoutedRelay(SessionRelay):
     async def supervise(self, tg: anyio.abc.TaskGroup) -> None:
         """Keep every stdio server's child up and probe every HTTP server, in ``tg``."""
         self._tg_supervising = tg
-        for spec in self.specs:
-            await self._supervise(spec)
-        self._order()
-
-    async def _supervise(self, spec: ServerSpec) -> None:
-        assert self._tg_supervising is not None
-        scope = anyio.CancelScope()
-        if isinstance(spec, StdioServer) and self.settings.child_per_session:
-            return  # each session starts its own child: nothing to keep up between sessions
-        if isinstance(spec, StdioServer):
-            child = SharedChild(spec, self.plan.limits)
-            child.on_change(self._attach)
-            slot: Supervised = child
-        elif spec.transport == "sse":
-            slot = SseProbe(spec, self.plan.limits)
-        else:
-            slot = HttpProbe(spec, self.plan.limits, HttpExchange(spec))
-        if not isinstance(slot, SharedChild):
-            slot.on_change(self._serves)
-        self.supervised[spec.name] = (slot, scope)
-        await self._tg_supervising.start(_supervised, slot, scope)
-
-    def _order(self) -> None:
-        self.slots[:] = [self.supervised[spec.name][0] for spec in self.specs if spec.name in self.supervised]
+        await self.supervisor.keep(tg, self.specs)
 
     def _child(self, name: str) -> SharedChild | None:
-        found = self.supervised.get(name)
-        slot = found[0] if found is not None else None
+        slot = self.supervisor.get(name)
         return slot if isinstance(slot, SharedChild) else None
 
     def _attach(self, slot: SharedChild, tools_changed: bool) -> None:
@@ -156,8 +130,8 @@ class RoutedRelay(SessionRelay):
 
     def usable(self, name: str) -> bool:
         """A server whose child or probe is not ready is not waited for (a silent one would hold every session up)."""
-        found = self.supervised.get(name)
-        return found is None or found[0].status == "ready"
+        slot = self.supervisor.get(name)
+        return slot is None or slot.status == "ready"
 
     def _serves(self, slot: Supervised, tools_changed: bool) -> None:
         """An HTTP server's probe is ready again: sessions that went without it take it in."""
@@ -175,21 +149,9 @@ class RoutedRelay(SessionRelay):
         """A config reload: servers added, removed or changed for every open session; one server needs a restart."""
         if len(servers) < 2:
             return replies.ONE_AND_SEVERAL
-        old = {spec.name: spec for spec in self.specs}
         self.specs = list(servers)
-        for spec in servers:
-            if old.get(spec.name) != spec:
-                gone = self.supervised.pop(spec.name, None)
-                if gone is not None:
-                    gone[1].cancel()
-                await self._supervise(spec)
-                if spec.name in self.supervised:
-                    await self.supervised[spec.name][0].wait_settled(START_TIMEOUT)  # clients then see its tools
-        for name in set(old) - {spec.name for spec in servers}:
-            gone = self.supervised.pop(name, None)
-            if gone is not None:
-                gone[1].cancel()
-        self._order()
+        assert self._tg_supervising is not None, "supervise() runs before a reload"
+        await self.supervisor.keep(self._tg_supervising, servers, settle=True)
         self.modern.reconfigured()
         for session in list(self.sessions.live.values()):
             if session.pipe is not None:
@@ -225,16 +187,3 @@ class RoutedRelay(SessionRelay):
         if slot is not None:
             view.down = f"upstream {label} is {slot.status}: {slot.reason}"
         return view
-
-
-async def _supervised(
-    slot: Any, scope: anyio.CancelScope, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED
-) -> None:
-    with scope:
-        try:
-            await slot.supervise(task_status=task_status)
-        finally:
-            exchange = getattr(slot, "exchange", None)
-            if isinstance(exchange, HttpExchange):
-                with anyio.CancelScope(shield=True):
-                    await exchange.aclose()
