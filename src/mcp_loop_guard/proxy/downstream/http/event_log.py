@@ -18,7 +18,7 @@ from itertools import islice
 import anyio
 from starlette.types import Receive, Send
 
-from mcp_loop_guard.proxy.downstream.http.replies import EVENTS, json_reply
+from mcp_loop_guard.proxy.downstream.http.replies import EVENTS, json_reply, until_disconnected
 from mcp_loop_guard.proxy.wire import sse
 from mcp_loop_guard.proxy.wire.messages import Message
 
@@ -140,12 +140,7 @@ async def serve_log(
         async with anyio.create_task_group() as tg:
             log._stop = tg.cancel_scope
 
-            async def disconnected() -> None:
-                while (await receive())["type"] != "http.disconnect":
-                    pass
-                tg.cancel_scope.cancel()
-
-            tg.start_soon(disconnected)
+            tg.start_soon(until_disconnected, receive, tg.cancel_scope)
             if prime:
                 await send({"type": "http.response.body", "body": _priming(log, after), "more_body": True})
             async for number, line in log.follow(after, ping=ping):

@@ -20,9 +20,10 @@ from urllib.parse import parse_qs, quote
 import anyio
 from starlette.types import Receive, Scope, Send
 
+from mcp_loop_guard.proxy.downstream.http.event_log import PING
 from mcp_loop_guard.proxy.downstream.http.middleware import token_of
 from mcp_loop_guard.proxy.downstream.http.muxed_sessions import MuxedSession, MuxedSessions, stream_pair
-from mcp_loop_guard.proxy.downstream.http.replies import read_body
+from mcp_loop_guard.proxy.downstream.http.replies import read_body, until_disconnected
 from mcp_loop_guard.proxy.wire import messages as wire
 from mcp_loop_guard.proxy.wire import sse
 
@@ -32,7 +33,6 @@ MESSAGES = "/messages/"
 """Where a session's client POSTs its messages (with ``?session_id=``)."""
 CLOSE_WAIT = 2.0
 """Seconds an ended session's event stream gets to write its last messages (an aborting refusal) and end."""
-PING = b": ping\n\n"
 EVENT_STREAM = [(b"content-type", b"text/event-stream"), (b"cache-control", b"no-store"), (b"x-accel-buffering", b"no")]
 _SESSION_ID = re.compile(rb"[0-9a-f]{32}")
 
@@ -76,7 +76,7 @@ class SseSessions:
             await send({"type": "http.response.start", "status": 200, "headers": EVENT_STREAM})
             await _body(send, b"event: endpoint\ndata: " + endpoint + b"\n\n")
             async with anyio.create_task_group() as tg:
-                tg.start_soon(_until_disconnected, receive, tg.cancel_scope)
+                tg.start_soon(until_disconnected, receive, tg.cancel_scope)
                 await self._write_out(reader, send)
                 with anyio.move_on_after(CLOSE_WAIT):  # a client that stopped reading is cut
                     await send({"type": "http.response.body", "body": b"", "more_body": False})
@@ -137,13 +137,6 @@ async def _next(reader: anyio.abc.ObjectReceiveStream[bytes]) -> bytes | None:
         return await reader.receive()
     except anyio.EndOfStream:
         return None
-
-
-async def _until_disconnected(receive: Receive, scope: anyio.CancelScope) -> None:
-    """Cancel ``scope`` when the client goes away."""
-    while (await receive())["type"] != "http.disconnect":
-        pass
-    scope.cancel()
 
 
 async def _body(send: Send, chunk: bytes) -> None:

@@ -39,11 +39,13 @@ from mcp_loop_guard.proxy.downstream.http.middleware import header, reply, token
 from mcp_loop_guard.proxy.downstream.http.relayed_sessions import RelayedSession, RelayedSessions
 from mcp_loop_guard.proxy.downstream.http.relayed_stateless import OverOneSession
 from mcp_loop_guard.proxy.downstream.http.replies import (
+    ASK_TIMEOUT,
     is_modern,
     opens_sessions,
     read_posted,
     relay_plain,
     speaks_modern,
+    until_disconnected,
 )
 from mcp_loop_guard.proxy.downstream.http.translating import Translating
 from mcp_loop_guard.proxy.relay.judge import Judge
@@ -55,8 +57,6 @@ logger = logging.getLogger(__name__)
 
 SESSION = b"mcp-session-id"
 VERSION = b"mcp-protocol-version"
-MODERN_PROBE_TIMEOUT = 10.0
-"""Seconds the server may take to say whether it speaks 2026-07-28, or whether it opens sessions."""
 ASK_AGAIN_SECONDS = 5.0
 """After a server could not say whether it opens sessions, how long until it is asked again (the SDK path meanwhile)."""
 
@@ -127,18 +127,8 @@ class HttpRelay:
     async def _speaks_modern(self) -> bool:
         """Whether 2026-07-28 requests can be relayed as they are: asked of the server once it answers."""
         if self.modern is None:
-            try:
-                with anyio.fail_after(MODERN_PROBE_TIMEOUT):
-                    self.modern = await speaks_modern(self.upstream, self.settings.max_message_bytes)
-            except (UpstreamHttpError, TimeoutError) as error:
-                logger.debug("could not ask the upstream which protocol eras it speaks: %s", error)
-                return False
-            logger.info(
-                "upstream %r %s",
-                self.spec.name,
-                "speaks 2026-07-28" if self.modern else "speaks the handshake era only",
-            )
-        return self.modern
+            self.modern = await speaks_modern(self.upstream, self.settings.max_message_bytes)
+        return bool(self.modern)
 
     async def _relays_stateless(self) -> bool:
         """With ``--stateless``: whether handshake-era requests (they carry no session) can go to the server as is.
@@ -153,7 +143,7 @@ class HttpRelay:
             if self.opens_sessions is None and time.monotonic() - self._sessions_asked >= ASK_AGAIN_SECONDS:
                 self._sessions_asked = time.monotonic()
                 try:
-                    with anyio.fail_after(MODERN_PROBE_TIMEOUT):
+                    with anyio.fail_after(ASK_TIMEOUT):
                         self.opens_sessions = await opens_sessions(self.upstream, self.settings.max_message_bytes)
                 except (UpstreamHttpError, TimeoutError) as error:
                     logger.warning("could not ask upstream %r whether it opens sessions: %s", self.spec.name, error)
@@ -272,7 +262,7 @@ class HttpRelay:
             try:
                 async with anyio.create_task_group() as tg:
                     if method == "GET":
-                        tg.start_soon(_cancel_on_disconnect, receive, cancel)
+                        tg.start_soon(until_disconnected, receive, cancel)
                     await relay_plain(self.upstream, self.facts, method, scope["headers"], tracked)
                     tg.cancel_scope.cancel()
             finally:
@@ -294,12 +284,3 @@ class HttpRelay:
         assert self._tg is not None
         self.sessions.retire(session)
         self._tg.start_soon(self.sessions.tell_upstream_ended, session)
-
-
-async def _cancel_on_disconnect(receive: Receive, cancel: anyio.CancelScope) -> None:
-    """End a long-lived stream when its client goes away."""
-    while True:
-        message = await receive()
-        if message["type"] == "http.disconnect":
-            cancel.cancel()
-            return

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -26,6 +27,7 @@ from mcp_loop_guard.proxy.wire.eras import (
 from mcp_loop_guard.proxy.wire.messages import BadLine, Message
 
 __all__ = [
+    "ASK_TIMEOUT",
     "EVENTS",
     "JSON",
     "Handshake",
@@ -42,9 +44,14 @@ __all__ = [
     "read_posted",
     "relay_plain",
     "speaks_modern",
+    "until_disconnected",
 ]
 
+logger = logging.getLogger(__name__)
+
 Headers = Sequence[tuple[bytes, bytes]]
+ASK_TIMEOUT = 10.0
+"""Seconds the server may take to say whether it speaks 2026-07-28, or whether it opens sessions."""
 _LIST_CHANGED = b"notifications/tools/list_changed"
 
 
@@ -65,6 +72,13 @@ async def read_body(receive: Receive) -> bytes:
         if not message.get("more_body", False):
             break
     return b"".join(chunks)
+
+
+async def until_disconnected(receive: Receive, scope: anyio.CancelScope) -> None:
+    """Cancel ``scope`` when the client goes away (a long-lived stream ends with it)."""
+    while (await receive())["type"] != "http.disconnect":
+        pass
+    scope.cancel()
 
 
 async def read_posted(receive: Receive, send: Send) -> tuple[bytes, Message | BadLine] | None:
@@ -132,12 +146,9 @@ async def read_answer(response: Response, ident: wire.RequestId | None, limit: i
     return None
 
 
-async def speaks_modern(upstream: HttpExchange, limit: int) -> bool:
-    """Whether the upstream answers 2026-07-28 requests (``server/discover``), asked with a request of the guard's own.
-
-    Raises:
-        UpstreamHttpError: the upstream cannot be reached (so nothing is known yet).
-    """
+async def speaks_modern(upstream: HttpExchange, limit: int) -> bool | None:
+    """Whether the upstream answers 2026-07-28 requests (``server/discover``), asked with a request of the guard's own
+    (and logged); None when it cannot be asked now (unreachable, or no answer within :data:`ASK_TIMEOUT`)."""
     version = MODERN_PROTOCOL_VERSIONS[0]
     ident = wire.own_request_id()
     meta = {
@@ -153,12 +164,18 @@ async def speaks_modern(upstream: HttpExchange, limit: int) -> bool:
         (b"content-type", JSON),
     ]
     try:
-        async with upstream.send("POST", headers, codec.dumps(body)) as response:
-            answer = await read_answer(response, ident, limit)
+        with anyio.fail_after(ASK_TIMEOUT):
+            async with upstream.send("POST", headers, codec.dumps(body)) as response:
+                answer = await read_answer(response, ident, limit)
+    except (UpstreamHttpError, TimeoutError) as error:
+        logger.debug("could not ask upstream %r which protocol eras it speaks: %s", upstream.name, error)
+        return None
     except ValueError:
-        return False
+        answer = None
     result = (answer or {}).get("result")
-    return isinstance(result, dict) and version in (result.get("supportedVersions") or ())
+    said = isinstance(result, dict) and version in (result.get("supportedVersions") or ())
+    logger.info("upstream %r %s", upstream.name, "speaks 2026-07-28" if said else "speaks the handshake era only")
+    return said
 
 
 class HandshakeRefusedError(UpstreamHttpError):

@@ -36,7 +36,7 @@ from mcp_loop_guard.proxy.relay.judge import Judge
 from mcp_loop_guard.proxy.relay.pipe import Pipe
 from mcp_loop_guard.proxy.upstream.channel import Channel, Receiver
 from mcp_loop_guard.proxy.upstream.channels import channel, opener
-from mcp_loop_guard.proxy.upstream.exchange import HttpExchange, UpstreamHttpError
+from mcp_loop_guard.proxy.upstream.exchange import HttpExchange
 from mcp_loop_guard.proxy.upstream.http_headers import ParamHeaders
 from mcp_loop_guard.proxy.upstream.http_lines import HttpLines
 from mcp_loop_guard.proxy.upstream.router_lists import Catalog
@@ -45,9 +45,6 @@ from mcp_loop_guard.proxy.upstream.tool_facts import ToolFacts
 __all__ = ["ModernRequests"]
 
 logger = logging.getLogger(__name__)
-
-ASK_TIMEOUT = 10.0
-"""Seconds a server may take to say which eras it speaks."""
 
 
 class Routed(Protocol):
@@ -122,15 +119,10 @@ class ModernRequests:
                     exchange = exchanges.get(spec.name)
                     if exchange is None:
                         return False
-                    try:
-                        with anyio.fail_after(ASK_TIMEOUT):
-                            said = await speaks_modern(exchange, self.relay.limits.max_message_bytes)
-                    except (UpstreamHttpError, TimeoutError) as error:
-                        logger.debug("could not ask upstream %r which protocol eras it speaks: %s", spec.name, error)
+                    said = await speaks_modern(exchange, self.relay.limits.max_message_bytes)
+                    if said is None:
                         return False
                     self.modern[spec.name] = said
-                    era = "speaks 2026-07-28" if said else "speaks the handshake era only"
-                    logger.info("upstream %r %s", spec.name, era)
         return all(self.modern[spec.name] for spec in specs)
 
     def reconfigured(self) -> None:
