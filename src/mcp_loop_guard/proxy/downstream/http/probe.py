@@ -46,24 +46,30 @@ class _DownError(Exception):
     """The probe's session could not be opened or kept: why, in one line."""
 
 
-class HttpProbe(Supervised):
-    """The health of one streamable HTTP upstream, kept by a session of the guard's own."""
+class _Probe(Supervised):
+    """The health of one HTTP upstream, kept by a session of the guard's own."""
 
     expected = (_DownError, OSError)
 
-    def __init__(
-        self, spec: HttpServer, limits: Limits, exchange: HttpExchange, backoff: Backoff | None = None
-    ) -> None:
-        """Not connected yet; :meth:`supervise` connects.
-
-        ``exchange``: the relay's own, so the probe asks with the headers the relay sends (a
-        config reload that rotates a token rotates it for both) and follows its redirects.
-        """
+    def __init__(self, spec: HttpServer, limits: Limits, backoff: Backoff | None = None) -> None:
+        """Not connected yet; :meth:`supervise` connects."""
         super().__init__(spec, backoff)
+        self.http_spec = spec
         self.limit = limits.max_message_bytes
         self.timeout = spec.call_timeout or limits.call_timeout or HTTP_HANDSHAKE_TIMEOUT
         self.interval = limits.health_interval
         self.label = f"{spec.name} ({redact_url(spec.url)})"
+
+
+class HttpProbe(_Probe):
+    """The health of one streamable HTTP upstream, kept by a session of the guard's own."""
+
+    def __init__(
+        self, spec: HttpServer, limits: Limits, exchange: HttpExchange, backoff: Backoff | None = None
+    ) -> None:
+        """``exchange``: the relay's own, so the probe asks with the headers the relay sends (a config reload
+        that rotates a token rotates it for both) and follows its redirects."""
+        super().__init__(spec, limits, backoff)
         self.exchange = exchange
 
     async def _serve_once(self) -> str:
@@ -124,19 +130,8 @@ def _session(opened: Handshake) -> list[tuple[bytes, bytes]]:
     return headers
 
 
-class SseProbe(Supervised):
+class SseProbe(_Probe):
     """The health of one legacy SSE upstream, kept by an event stream and a session of the guard's own."""
-
-    expected = (_DownError, OSError)
-
-    def __init__(self, spec: HttpServer, limits: Limits, backoff: Backoff | None = None) -> None:
-        """Not connected yet; :meth:`supervise` connects."""
-        super().__init__(spec, backoff)
-        self.http_spec = spec
-        self.limit = limits.max_message_bytes
-        self.timeout = spec.call_timeout or limits.call_timeout or HTTP_HANDSHAKE_TIMEOUT
-        self.interval = limits.health_interval
-        self.label = f"{spec.name} ({redact_url(spec.url)})"
 
     async def _serve_once(self) -> str:
         lost: list[str] = []
