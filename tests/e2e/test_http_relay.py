@@ -253,7 +253,8 @@ async def test_an_upstream_that_dies_mid_session_gives_the_call_an_error_result(
 
 
 async def test_the_call_timeout_cancels_a_silent_call_upstream(rig: Rig, tmp_path: Path) -> None:
-    """No answer or progress within the call timeout: an isError result, and the server gets the cancellation."""
+    """No answer or progress within the call timeout: an isError result, and the server gets notifications/cancelled
+    naming the call (not only its stream dropped, which also ends the call at the server)."""
     log = tmp_path / "calls.jsonl"
     async with counting_guard(rig, tmp_path, "--call-timeout-seconds", "1") as (guard, _):
         async with open_http_session(guard.mcp_url) as opened:
@@ -261,12 +262,14 @@ async def test_the_call_timeout_cancels_a_silent_call_upstream(rig: Rig, tmp_pat
                 timed_out = await opened.session.call_tool("slow", {"seconds": 5})
                 quick = await opened.session.call_tool("echo", {"text": "still here"})
 
-        async def cancelled() -> bool:
-            return any(call["event"] == "cancelled" for call in read_calls(log))
+        def seen(event: str) -> list[dict[str, object]]:
+            return [line for line in read_calls(log) if line["event"] == event]
 
         with anyio.fail_after(10):
-            while not await cancelled():  # noqa: ASYNC110 - the server's log is the only witness
+            while not (seen("cancelled") and seen("cancel-notice")):  # noqa: ASYNC110 - the server's log is the witness
                 await anyio.sleep(0.05)
+    slow = [call for call in seen("call") if call["tool"] == "slow"]
+    assert [notice["id"] for notice in seen("cancel-notice")] == [slow[0]["id"]]
     assert timed_out.is_error
     assert "call timeout" in texts(timed_out)[0]
     assert texts(quick) == ["still here"]
