@@ -26,6 +26,7 @@ from tests.harness import (
     BIN_DIR,
     NODE_DIR,
     PREFORK,
+    PREFORK_SOCKET_VARIABLE,
     Connector,
     CountingUpstream,
     fixture_command,
@@ -74,8 +75,10 @@ def prefork_server() -> Iterator[None]:
     Importing the SDK costs each fixture server about a second of CPU; a fork of a process
     that did it once costs milliseconds, and the suite starts a few hundred of them.
     """
+    os.environ.pop(PREFORK_SOCKET_VARIABLE, None)  # this process's own, not one a process above it runs
     path = prefork_socket()
     path.unlink(missing_ok=True)
+    os.environ[PREFORK_SOCKET_VARIABLE] = str(path)  # for the processes a test starts that start fixture servers
     process = subprocess.Popen(
         [sys.executable, str(PREFORK), "serve", str(path)], stdin=subprocess.PIPE, stdout=subprocess.PIPE
     )

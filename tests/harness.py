@@ -60,16 +60,37 @@ def guard_command(command: Sequence[str], guard_args: Sequence[str] = ()) -> lis
 
 PREFORK = FIXTURES_DIR / "prefork.py"
 PREFORKED = frozenset(
-    {"counting_server", "tracker_server", "jobs_server", "listen_server", "ops_server", "shell_server"}
+    {
+        "counting_server",
+        "tracker_server",
+        "jobs_server",
+        "listen_server",
+        "ops_server",
+        "shell_server",
+        "parity_server",
+        "whoami_server",
+        "booking_server",
+        "kv_server",
+        "sql_server",
+        "store_server",
+        "wait_server",
+    }
 )
 """Our fixture servers that import the SDK: started as forks of a process that imported it (see prefork.py)."""
+PREFORK_SOCKET_VARIABLE = "MCP_LOOP_GUARD_TESTS_PREFORK"
+"""Names the fork server of the test process a command runs under (the corpus recorder's servers use it)."""
 
 
 def prefork_socket() -> Path:
     """Where this test process's fork server listens, if it runs (its clients run the server themselves if not).
 
-    In the temporary directory unless its path is too long for a Unix socket (108 bytes).
+    In the temporary directory unless its path is too long for a Unix socket (108 bytes). A
+    process the test started (``python -m tests.corpus.record``) uses its test process's, which
+    the environment names.
     """
+    given = os.environ.get(PREFORK_SOCKET_VARIABLE)
+    if given:
+        return Path(given)
     directory = tempfile.gettempdir()
     return Path(directory if len(directory) < 60 else "/tmp") / f"mcp-loop-guard-prefork-{os.getpid()}.sock"  # noqa: S108
 

@@ -9,11 +9,10 @@ from __future__ import annotations
 
 import os
 import subprocess
-import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from tests.harness import BIN_DIR, FIXTURES_DIR, NODE_DIR
+from tests.harness import BIN_DIR, NODE_DIR, fixture_command
 
 WAIT_SCALE = 0.01
 """Real seconds the wait tool sleeps per second asked for while recording (its answers do not depend on it)."""
@@ -234,7 +233,7 @@ class ServerSpec:
 def server_spec(name: str, root: Path) -> ServerSpec:
     """The command of the server called name, working on the project at root."""
     node_bin = NODE_DIR / "node_modules" / ".bin"
-    fixture = [sys.executable, str(FIXTURES_DIR / f"{name}_server.py")]
+    fixture = fixture_command(f"{name}_server")
     path = f"{BIN_DIR}{os.pathsep}{os.environ.get('PATH', '')}"
     specs = {
         "git": ServerSpec([str(BIN_DIR / "mcp-server-git"), "--repository", str(root)], GIT_ENV),

@@ -24,12 +24,12 @@ import uvicorn
 from starlette.types import ASGIApp
 
 from mcp_loop_guard.cli_options import guard_parser
-from mcp_loop_guard.config import GuardConfig, ServerSpec, command_line_config
+from mcp_loop_guard.config import GuardConfig, ServerSpec, StdioServer, command_line_config
 from mcp_loop_guard.plan import plan
 from mcp_loop_guard.proxy.downstream.http.app import GuardStop, serve
 from mcp_loop_guard.proxy.downstream.http.listen import listen
 from mcp_loop_guard.settings import load_settings, setting_fields
-from tests.harness import FIXTURES_DIR
+from tests.harness import FIXTURES_DIR, fixture_command
 from tests.http_harness import LOCALHOST, POLL_INTERVAL, START_LIMIT, free_port, http_client, running, starting
 
 
@@ -82,6 +82,13 @@ def _fixture(name: str) -> Any:
     if str(FIXTURES_DIR) not in sys.path:
         sys.path.insert(0, str(FIXTURES_DIR))
     return importlib.import_module(name)
+
+
+def fixture_stdio(name: str, fixture: str, *args: str) -> StdioServer:
+    """Our fixture server ``tests/fixtures/FIXTURE.py`` as the guard's stdio server ``name``, by the command
+    ``fixture_command`` gives (an SDK fixture starts as a fork of this test process's fork server)."""
+    command = fixture_command(fixture, *args)
+    return StdioServer(name, command[0], tuple(command[1:]))
 
 
 @asynccontextmanager

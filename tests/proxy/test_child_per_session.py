@@ -10,7 +10,6 @@ test's own event loop (:mod:`tests.proxy.http_inproc`); its children are real pr
 from __future__ import annotations
 
 import json
-import sys
 from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack, asynccontextmanager
 from typing import Any
@@ -23,9 +22,9 @@ from mcp import ClientSession
 from mcp.shared.exceptions import MCPError
 
 from mcp_loop_guard.config import StdioServer
-from tests.harness import FIXTURES_DIR, Callbacks, action, eventually, texts
+from tests.harness import FIXTURES_DIR, Callbacks, action, eventually, fixture_command, texts
 from tests.http_harness import open_http_session, open_sse_session
-from tests.proxy.http_inproc import serving_cli, serving_guard
+from tests.proxy.http_inproc import fixture_stdio, serving_cli, serving_guard
 
 pytestmark = pytest.mark.anyio
 
@@ -34,7 +33,7 @@ WHOAMI = (str(FIXTURES_DIR / "whoami_server.py"),)
 
 def whoami_server(name: str) -> StdioServer:
     """The whoami fixture as a stdio server called ``name``."""
-    return StdioServer(name, sys.executable, WHOAMI)
+    return fixture_stdio(name, "whoami_server")
 
 
 def roots_of(client: str) -> Callbacks:
@@ -113,7 +112,7 @@ async def test_each_session_in_front_of_several_servers_gets_children_of_its_own
 
 async def test_the_flag_gives_a_command_line_server_a_child_per_session() -> None:
     """``--child-per-session -- COMMAND``, read by the CLI's own parser: the session's child is told its client."""
-    command = ["--child-per-session", "--", sys.executable, *WHOAMI]
+    command = ["--child-per-session", "--", *fixture_command("whoami_server")]
     async with serving_cli(command) as guard, sessions(guard.url, "alpha") as opened:
         with anyio.fail_after(30):
             seen = await whoami(opened["alpha"])

@@ -11,10 +11,10 @@ import sys
 import anyio
 import pytest
 
-from mcp_loop_guard.config import HttpServer, ServerSpec, StdioServer
+from mcp_loop_guard.config import HttpServer, ServerSpec
 from tests.harness import FIXTURES_DIR, texts
 from tests.http_harness import open_http_session
-from tests.proxy.http_inproc import serving_app, serving_guard
+from tests.proxy.http_inproc import fixture_stdio, serving_app, serving_guard
 
 pytestmark = pytest.mark.anyio
 
@@ -28,9 +28,7 @@ async def test_guards_served_one_after_another_in_one_event_loop_each_answer(kin
     listening socket's watch from the one before)."""
     async with serving_app(build("a").streamable_http_app()) as origin:
         spec: ServerSpec = (
-            HttpServer("a", origin + "/mcp")
-            if kind == "http"
-            else StdioServer("a", sys.executable, (str(FIXTURES_DIR / "parity_server.py"), "a"))
+            HttpServer("a", origin + "/mcp") if kind == "http" else fixture_stdio("a", "parity_server", "a")
         )
         answers = []
         for turn in range(3):

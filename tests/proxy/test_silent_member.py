@@ -10,16 +10,14 @@ member's channel lets the next message wait until the server took a notification
 from __future__ import annotations
 
 import signal
-import sys
 from pathlib import Path
 
 import anyio
 import pytest
 
-from mcp_loop_guard.config import HttpServer, StdioServer
-from tests.harness import FIXTURES_DIR
+from mcp_loop_guard.config import HttpServer
 from tests.http_harness import Rig, http_get, open_http_session, poll
-from tests.proxy.http_inproc import serving_guard
+from tests.proxy.http_inproc import fixture_stdio, serving_guard
 
 pytestmark = pytest.mark.anyio
 
@@ -32,7 +30,7 @@ BOUND = 6.0
 
 async def test_a_silent_member_holds_a_new_session_up_no_longer_than_its_call_timeout(rig: Rig) -> None:
     """The other server's tools are listed within the silent member's call timeout (and room), not after 10 s."""
-    parity = StdioServer("a", sys.executable, (str(FIXTURES_DIR / "parity_server.py"), "a"))
+    parity = fixture_stdio("a", "parity_server", "a")
     async with rig.raw_http("silent") as silent:
         silent_member = HttpServer("r", silent.mcp_url, call_timeout=CALL_TIMEOUT)
         async with serving_guard([parity, silent_member]) as guard, open_http_session(guard.url) as opened:
@@ -44,7 +42,7 @@ async def test_a_silent_member_holds_a_new_session_up_no_longer_than_its_call_ti
 async def test_a_hung_member_holds_no_new_session_up(rig: Rig, tmp_path: Path) -> None:
     """A server that hangs (stopped) while the guard serves: its probe marks it down, and a new session
     neither tells it the handshake's end nor waits for it (before, the session's first list waited 10 s)."""
-    parity = StdioServer("a", sys.executable, (str(FIXTURES_DIR / "parity_server.py"), "a"))
+    parity = fixture_stdio("a", "parity_server", "a")
     async with rig.counting_http(tmp_path / "calls.jsonl") as counting:
         member = HttpServer("c", counting.mcp_url)
         async with serving_guard([parity, member], health_interval_seconds=0.5) as guard:

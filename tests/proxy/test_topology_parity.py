@@ -28,7 +28,7 @@ from mcp.client.subscriptions import ToolsListChanged
 from mcp_loop_guard.config import HttpServer, ServerSpec, StdioServer
 from tests.harness import FIXTURES_DIR, action, server_environment, texts
 from tests.http_harness import open_http_session, open_sse_session, write_config
-from tests.proxy.http_inproc import serving_app, serving_guard
+from tests.proxy.http_inproc import fixture_stdio, serving_app, serving_guard
 
 pytestmark = pytest.mark.anyio
 
@@ -81,7 +81,7 @@ async def upstreams(kinds: str) -> AsyncIterator[list[ServerSpec]]:
         specs: list[ServerSpec] = []
         for name, kind in zip("ab", kinds.split("+"), strict=False):
             if kind == "stdio":
-                specs.append(StdioServer(name, sys.executable, (str(FIXTURES_DIR / "parity_server.py"), name)))
+                specs.append(fixture_stdio(name, "parity_server", name))
                 continue
             server = build(name)
             app = server.streamable_http_app() if kind == "http" else server.sse_app()
