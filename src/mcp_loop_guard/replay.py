@@ -208,6 +208,8 @@ def _with_server(line: Line, server: str) -> Line:
 def _outcome(line: Line, policy: Policy) -> Outcome | None:
     """What answered the call, as the detector sees it; None when the trace does not say."""
     if line.result is not None:
+        if line.result.get("resultType") not in (None, "complete"):
+            return None  # an interim answer (a task handle, input_required): the guard let the call go too
         return detector.outcome_of(line.result, policy)
     if line.error is not None:
         return detector.error_outcome(line.error.get("code"), line.error.get("message"))

@@ -18,8 +18,9 @@ many agents) keep flowing.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Protocol, TypeVar
 
 import anyio
 
@@ -31,6 +32,11 @@ from mcp_loop_guard.core.state import State
 from mcp_loop_guard.store.base import Store, StoreError
 
 logger = logging.getLogger(__name__)
+
+Seen = Callable[[Verdict], None]
+"""Told a verdict as the state takes it, before the store's write: where what must keep the state's
+order goes (the event log; replay ends calls in the order of its lines)."""
+V = TypeVar("V", Verdict, tuple[Ticket | None, Verdict])
 
 LOG_INTERVAL = 60.0
 """Seconds between two log lines about one failing store."""
@@ -110,7 +116,7 @@ class AgentLoop:
         self.state = state if state is not None else State()
         """The state as last seen: authoritative for an owned key, a fallback for a shared one."""
         self.begun = 0
-        """Calls begun in this process: the event log's order of begins, for replay."""
+        """Calls begun in this process, counted as the state takes them: the event log's order of begins."""
 
     @property
     def session(self) -> Policy:
@@ -118,8 +124,10 @@ class AgentLoop:
         session = self._session
         return session if isinstance(session, Policy) else session.session
 
-    async def begin(self, call: Call, policy: Policy, now: float) -> tuple[Ticket | None, Verdict]:
-        """See :func:`mcp_loop_guard.core.detector.begin`."""
+    async def begin(
+        self, call: Call, policy: Policy, now: float, seen: Seen | None = None
+    ) -> tuple[Ticket | None, Verdict]:
+        """See :func:`mcp_loop_guard.core.detector.begin`; the call counts in :attr:`begun` as its verdict is told."""
         if self.store.shared:
             try:
                 self.state, outcome = await self.store.update(
@@ -128,20 +136,25 @@ class AgentLoop:
             except StoreError as error:
                 refused = self._failed(error, call.tool, now)
                 if refused is not None:
-                    return None, refused
+                    return self._began((None, refused), seen)
             else:
                 self.health.recovered()
-                return outcome
+                return self._began(outcome, seen)
         elif self.fail_closed and self.health.degraded:
             await self._save(now, retry=True)  # the store must take a write again before a call goes on
             if self.health.degraded:
-                return None, Verdict(Action.BLOCK, call.tool, 0, UNAVAILABLE, self.state.blocks, Family.STORE)
-        ticket, verdict = detector.begin(self.state, call, policy, self.session, now)
+                refused = Verdict(Action.BLOCK, call.tool, 0, UNAVAILABLE, self.state.blocks, Family.STORE)
+                return self._began((None, refused), seen)
+        ticket, verdict = self._began(detector.begin(self.state, call, policy, self.session, now), seen)
         if not self.store.shared and (call.side_effect or verdict.judged >= Action.BLOCK):
             await self._save(now)
         return ticket, verdict
 
-    async def finish(self, ticket: Ticket, outcome: Outcome, now: float) -> Verdict:
+    def _began(self, judged: tuple[Ticket | None, Verdict], seen: Seen | None) -> tuple[Ticket | None, Verdict]:
+        self.begun += 1
+        return _told(judged, seen)
+
+    async def finish(self, ticket: Ticket, outcome: Outcome, now: float, seen: Seen | None = None) -> Verdict:
         """See :func:`mcp_loop_guard.core.detector.finish`.
 
         Shielded: the end of a call is recorded even when the call's scope is being cancelled (the
@@ -157,13 +170,13 @@ class AgentLoop:
                 self._failed(error, ticket.tool, now, refusing=False)
             else:
                 self.health.recovered()
-                return verdict
-        verdict = detector.finish(self.state, ticket, outcome, self.session, now)
+                return _told(verdict, seen)
+        verdict = _told(detector.finish(self.state, ticket, outcome, self.session, now), seen)
         if not self.store.shared:
             await self._save(now)
         return verdict
 
-    async def abandon(self, ticket: Ticket, now: float) -> None:
+    async def abandon(self, ticket: Ticket, now: float, seen: Callable[[], None] | None = None) -> None:
         """See :func:`mcp_loop_guard.core.detector.abandon` (shielded, as :meth:`finish` is)."""
         if self.store.shared:
             try:
@@ -175,8 +188,12 @@ class AgentLoop:
                 self._failed(error, ticket.tool, now, refusing=False)
             else:
                 self.health.recovered()
+                if seen is not None:
+                    seen()
                 return
         detector.abandon(self.state, ticket, self.session, now)
+        if seen is not None:
+            seen()
         if not self.store.shared:
             await self._save(now)
 
@@ -202,3 +219,9 @@ class AgentLoop:
         if refusing and self.fail_closed:
             return Verdict(Action.BLOCK, tool, 0, UNAVAILABLE, self.state.blocks, Family.STORE)
         return None
+
+
+def _told(judged: V, seen: Seen | None) -> V:
+    if seen is not None:
+        seen(judged if isinstance(judged, Verdict) else judged[1])
+    return judged

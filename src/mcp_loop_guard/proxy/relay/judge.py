@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from mcp_loop_guard import tracing
-from mcp_loop_guard.core.detector import Call, Ticket, call_of, error_outcome, outcome_of
+from mcp_loop_guard.core.detector import Call, Outcome, Ticket, call_of, error_outcome, outcome_of
 from mcp_loop_guard.core.model import Action, Family, Verdict
 from mcp_loop_guard.core.policy import Policy
 from mcp_loop_guard.proxy.relay.events import EventLog
@@ -142,18 +142,31 @@ class Judge:
         arguments_map = arguments if isinstance(arguments, dict | Mapping) else None
         call = call_of(tool, arguments_map, annotations, trusted=policy.trust_annotations, rules=policy.arguments)
         now = self.clock()
-        self.agent.begun += 1
-        seq = self.agent.begun
-        ticket, verdict = await self.agent.begin(call, policy, now)
+        pending = Pending(
+            server,
+            tool,
+            call,
+            policy,
+            None,
+            Verdict(Action.ALLOW, tool, 0),
+            time.perf_counter(),
+            now,
+            arguments,
+            annotations,
+        )
+
+        def seen(verdict: Verdict) -> None:
+            pending.verdict, pending.seq = verdict, self.agent.begun
+            if verdict.action >= Action.BLOCK:
+                pending.begun = pending.seq
+                self._record(pending, verdict, None)
+
+        pending.ticket, verdict = await self.agent.begin(call, policy, now, seen)
         if self.log_contents:
             logger.info("call %r arguments (LOOP_GUARD_LOG_CONTENTS): %s", tool, _clip(arguments))
-        pending = Pending(
-            server, tool, call, policy, ticket, verdict, time.perf_counter(), now, arguments, annotations, seq
-        )
         if self.tracing is not None:
             pending.span = self.tracing.start(tool, server, self.label, trace)
         if verdict.action >= Action.BLOCK:
-            pending.begun = seq  # judged at its own begin, whatever began while the store answered
             self._report(pending, verdict, None)
             if verdict.action is Action.ABORT:
                 self.aborted = verdict
@@ -165,47 +178,66 @@ class Judge:
         if self.log_contents:
             logger.info("result of %r (LOOP_GUARD_LOG_CONTENTS): %s", pending.tool, _clip(result.get("content")))
         ticket = pending.ticket
+        answer = {"result": result}
         if ticket is None or result.get("resultType") not in (None, "complete"):
             # Not judged: an ignored tool, or an interim result (input_required, a task handle):
             # the call's outcome is not known yet.
-            if ticket is not None:
-                await self.agent.abandon(ticket, self.clock())
-            self._report(pending, pending.verdict, {"result": result})
+            await self._release(pending, answer)
+            self._report(pending, pending.verdict, answer)
             return None
         seen = without_notes(result)
-        outcome = outcome_of(seen, pending.policy)
-        pending.ended = self.clock()
-        pending.begun = self.agent.begun  # the calls begun before this end is folded, whatever the store's wait
-        verdict = await self.agent.finish(ticket, outcome, pending.ended)
-        self._report(pending, verdict, {"result": result}, outcome.key)
+        verdict = await self._end(pending, ticket, outcome_of(seen, pending.policy), answer)
         if verdict.action is Action.WARN:
             return warned(seen, verdict, pending.policy)  # one note: the nearest guard's
         return None
 
     async def failed(self, pending: Pending, error: Mapping[str, Any]) -> None:
         """The upstream answered with a JSON-RPC error: the same error again and again is a loop too."""
+        answer = {"error": dict(error)}
         if pending.ticket is None:
-            self._report(pending, pending.verdict, {"error": dict(error)})
+            self._record(pending, pending.verdict, answer)
+            self._report(pending, pending.verdict, answer)
             return
-        outcome = error_outcome(error.get("code"), error.get("message"))
-        pending.ended = self.clock()
-        pending.begun = self.agent.begun
-        verdict = await self.agent.finish(pending.ticket, outcome, pending.ended)
-        self._report(pending, verdict, {"error": dict(error)}, outcome.key)
+        await self._end(pending, pending.ticket, error_outcome(error.get("code"), error.get("message")), answer)
 
     async def dropped(self, pending: Pending) -> None:
-        """The call ended without an answer (cancelled, upstream gone, timed out): nothing moves."""
-        if pending.ticket is not None:
-            await self.agent.abandon(pending.ticket, self.clock())
+        """The call ended without an answer (cancelled, upstream gone, timed out): nothing moves.
+
+        Its line has no outcome: replay releases the call where the guard did.
+        """
+        await self._release(pending, None)
         if pending.span is not None:
             pending.span.end(pending.verdict, error="no_answer")
         if self.observe is not None:
             self.observe(pending.server, pending.tool, pending.verdict, time.perf_counter() - pending.started)
 
-    def _report(
-        self, pending: Pending, verdict: Verdict, answer: dict[str, Any] | None, outcome: str | None = None
-    ) -> None:
-        """Log a verdict that is not a plain allow, count it, and write the event log line."""
+    async def _end(self, pending: Pending, ticket: Ticket, outcome: Outcome, answer: dict[str, Any]) -> Verdict:
+        """Fold the call's outcome; its line is written as the state takes it, in the state's order."""
+        pending.ended = self.clock()
+
+        def seen(verdict: Verdict) -> None:
+            pending.begun = self.agent.begun
+            self._record(pending, verdict, answer, outcome.key)
+
+        verdict = await self.agent.finish(ticket, outcome, pending.ended, seen)
+        self._report(pending, verdict, answer)
+        return verdict
+
+    async def _release(self, pending: Pending, answer: dict[str, Any] | None) -> None:
+        """Let a call go without an outcome (ignored, interim, dropped), its line written in the state's order."""
+        pending.ended = self.clock()
+
+        def seen() -> None:
+            pending.begun = self.agent.begun
+            self._record(pending, pending.verdict, answer)
+
+        if pending.ticket is None:
+            seen()
+        else:
+            await self.agent.abandon(pending.ticket, pending.ended, seen)
+
+    def _report(self, pending: Pending, verdict: Verdict, answer: dict[str, Any] | None) -> None:
+        """Log a verdict that is not a plain allow, end its span and count it."""
         judged = verdict.judged
         if judged is not Action.ALLOW:
             family = (verdict.family or Family.IDENTICAL).value
@@ -234,6 +266,11 @@ class Judge:
             pending.span.end(verdict, error=_error_type(answer))
         if self.observe is not None:
             self.observe(pending.server, pending.tool, verdict, time.perf_counter() - pending.started)
+
+    def _record(
+        self, pending: Pending, verdict: Verdict, answer: dict[str, Any] | None, outcome: str | None = None
+    ) -> None:
+        """Write the call's event log line (when there is a log)."""
         if self.events is not None:
             self.events.record(self._line(pending, answer, outcome), verdict)
 
@@ -244,7 +281,7 @@ class Judge:
             "tool": pending.tool,
             "at": round(pending.at, 3),
             "seq": pending.seq,
-            "begun": pending.begun or self.agent.begun,
+            "begun": pending.begun,
         }
         if pending.ended is not None:
             line["ended"] = round(pending.ended, 3)
