@@ -10,11 +10,15 @@ from __future__ import annotations
 
 import itertools
 import json
+import tempfile
 from pathlib import Path
 from typing import Any
 
 import anyio
+import anyio.lowlevel
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from mcp_loop_guard.config import GuardConfig
 from mcp_loop_guard.core.state import State
@@ -137,3 +141,108 @@ async def test_interim_answers_replay_as_released_in_both_forms(tmp_path: Path) 
         lines, replayed = _logged_and_replayed(log, decided)
         assert [line["verdict"] for line in lines] == [*["allow"] * 6, "allow", "warn"]
         assert replayed == [*[("unknown", None)] * 5, ("allow", None), ("allow", None), ("warn", "identical")]
+
+
+class JitteryDisk(MemoryStore):
+    """A memory store whose writes each take a drawn number of scheduler turns (a disk of uneven speed)."""
+
+    def __init__(self, turns: list[int]) -> None:
+        super().__init__()
+        self.turns = turns or [0]
+        self.writes = 0
+
+    async def save(self, key: str, state: State, ttl: float) -> None:
+        turns = self.turns[self.writes % len(self.turns)]
+        self.writes += 1
+        for _ in range(turns):
+            await anyio.lowlevel.checkpoint()
+        await super().save(key, state, ttl)
+
+
+CALLS = [("search", {"q": "x"}), ("search", {"q": "y"}), ("write_file", {"path": "a"}), ("status", {})]
+ANSWERS: list[dict[str, Any]] = [
+    SAME,
+    {"content": [{"type": "text", "text": "other"}]},
+    {"content": [{"type": "text", "text": "failed"}], "isError": True},
+    {"resultType": "task", "task": {"taskId": "t1", "status": "working"}},
+]
+Step = tuple[str, int, int]
+STEPS = st.one_of(
+    st.tuples(st.just("begin"), st.integers(0, len(CALLS) - 1), st.integers(0, 2)),
+    st.tuples(st.sampled_from(["answer", "error", "drop"]), st.integers(0, 7), st.integers(0, len(ANSWERS) - 1)),
+)
+
+
+async def _play(steps: list[Step], turns: list[int], log: Path, decided: Plan) -> int:
+    """Run the steps against one judge, each in a task of its own, a few turns apart; the calls begun."""
+    judge = _judge(decided, JitteryDisk(turns), log)
+    begun: list[Pending] = []
+    taken: set[int] = set()
+    calls = 0
+
+    async def begin(tool: str, arguments: dict[str, Any]) -> None:
+        pending = await judge.begin("srv", tool, tool, arguments)
+        if isinstance(pending, Pending):
+            begun.append(pending)
+
+    async def end(kind: str, pending: Pending, answer: int) -> None:
+        if kind == "answer":
+            await judge.finish(pending, ANSWERS[answer])
+        elif kind == "error":
+            await judge.failed(pending, {"code": -32603, "message": "upstream broke"})
+        else:
+            await judge.dropped(pending)
+
+    async with anyio.create_task_group() as group:
+        for kind, index, extra in steps:
+            if kind == "begin":
+                calls += 1
+                group.start_soon(begin, *CALLS[index])
+                for _ in range(extra):
+                    await anyio.lowlevel.checkpoint()
+                continue
+            open_ = [n for n in range(len(begun)) if n not in taken]
+            if open_:
+                chosen = open_[index % len(open_)]
+                taken.add(chosen)
+                group.start_soon(end, kind, begun[chosen], extra)
+        await anyio.lowlevel.checkpoint()
+        while len(taken) < len(begun) or calls > len(begun) + _refused(log):
+            await anyio.lowlevel.checkpoint()
+            for n in range(len(begun)):
+                if n not in taken:
+                    taken.add(n)
+                    group.start_soon(end, "answer", begun[n], 0)
+    return calls
+
+
+def _refused(log: Path) -> int:
+    return sum(1 for text in log.read_text().splitlines() if '"outcome"' not in text and '"ended"' not in text)
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    steps=st.lists(STEPS, min_size=1, max_size=40),
+    turns=st.lists(st.integers(0, 3), max_size=8),
+    mode=st.sampled_from(["enforce", "shadow"]),
+)
+def test_any_interleaving_with_any_write_speed_replays_to_the_guards_verdicts(
+    steps: list[Step], turns: list[int], mode: str
+) -> None:
+    """Calls begun, answered, failed, dropped in any interleaving, writes of any speed: replay agrees line by line."""
+    decided = plan(
+        GuardConfig(None, (), FileSettings({})),
+        load_settings(FileSettings({}), warn_threshold=2, block_threshold=3, abort_threshold=1000, mode=mode),
+    )
+    with tempfile.TemporaryDirectory() as folder:
+        log = Path(folder) / "events.jsonl"
+        log.touch()
+        calls = anyio.run(_play, steps, turns, log, decided)
+        lines, replayed = _logged_and_replayed(log, decided)
+    assert len(lines) == calls
+    for line, again in zip(lines, replayed, strict=True):
+        if again[0] == "unknown":
+            assert "outcome" not in line, line
+            assert "ended" in line, line
+        else:
+            assert (line["verdict"], line.get("rule") if line["verdict"] != "allow" else None) == again, line
