@@ -77,6 +77,9 @@ class Refusal:
         return self.verdict.action is Action.ABORT
 
 
+_UNJUDGED = Verdict(Action.ALLOW, "", 0)
+"""A call's verdict until the state has judged it (replaced before the call goes on)."""
+
 _NOT_A_LOOP = {
     Family.BUDGET: "its call budget is used up",
     Family.STORE: "the state store is unavailable and the guard fails closed",
@@ -148,7 +151,7 @@ class Judge:
             call,
             policy,
             None,
-            Verdict(Action.ALLOW, tool, 0),
+            _UNJUDGED,
             time.perf_counter(),
             now,
             arguments,
