@@ -5,9 +5,7 @@ threshold): each scenario gets a server of its own in the guard's config (so wha
 it is its own) and a session of its own (stateful) or a key of its own (``--stateless``
 with ``X-Loop-Guard-Key``). A setting a server may carry itself (scrubbing) goes into that
 server's ``loopGuard`` section, with the scenario's own rules (one tool's, or the server's
-thresholds). At the end ``replay`` judges the whole event log again. The guard is served in
-the test's own process (its upstreams are processes): its lines are written in the order its
-loop state took the calls, whatever the machine's load, so replay must agree every time.
+thresholds). At the end ``replay`` judges the whole event log again.
 """
 
 from __future__ import annotations
@@ -38,8 +36,7 @@ from tests.families import (
     replay,
     upstream,
 )
-from tests.http_harness import KEY_HEADER, Rig, open_http_session, raw_call
-from tests.proxy.http_inproc import InProcessGuard, serving_ready
+from tests.http_harness import KEY_HEADER, Rig, ServerProcess, open_http_session, raw_call
 
 pytestmark = [pytest.mark.e2e, pytest.mark.anyio]
 
@@ -72,7 +69,7 @@ GROUPS = _groups()
 
 
 async def _check_closed(
-    guard: InProcessGuard, session: ClientSession, scenario: Scenario, prefix: str, key: str | None
+    guard: ServerProcess, session: ClientSession, scenario: Scenario, prefix: str, key: str | None
 ) -> None:
     """After an abort the session answers no more (stateful), or the key is refused with 429 (keyed)."""
     last = scenario.calls[-1]
@@ -129,7 +126,7 @@ async def test_families_over_http(
     settings = _guard_settings(scenarios[0])
     args = ["--config", str(config), *(["--stateless"] if keyed else [])]
     failures: list[str] = []
-    async with serving_ready(args, settings | log_settings(events, form)) as guard:
+    async with rig.guard(args, env=settings | log_settings(events, form)) as guard:
         for scenario, source in zip(scenarios, sources, strict=True):
             start = len(event_lines(events))
             prefix = f"{source.name}__" if len(scenarios) > 1 else ""
