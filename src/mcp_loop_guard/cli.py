@@ -203,7 +203,8 @@ def _misspelt(word: str) -> str | None:
 def _replay(args_list: list[str]) -> int:
     """``replay [OPTIONS] FILE...``: judge recorded traces with these settings; print a timeline or JSON lines."""
     from mcp_loop_guard.cli_options import add_setting_flags  # noqa: PLC0415
-    from mcp_loop_guard.config import ConfigError, GuardConfig, load_config  # noqa: PLC0415
+    from mcp_loop_guard.config import ConfigError, GuardConfig  # noqa: PLC0415
+    from mcp_loop_guard.config_file import load_config  # noqa: PLC0415
     from mcp_loop_guard.plan import plan  # noqa: PLC0415
     from mcp_loop_guard.replay import TraceError, run  # noqa: PLC0415
     from mcp_loop_guard.settings import (  # noqa: PLC0415
@@ -279,14 +280,13 @@ def _check_proxy_variables(config: GuardConfig) -> None:
         check_proxy_variables(config.servers)
 
 
-def _start(args_list: list[str], early: ChildProcess | UpstreamStartError | None) -> int:
-    """Parse, check, and serve."""
-    from mcp_loop_guard.app import serve  # noqa: PLC0415 - loaded after the upstream has started
+def _command_line(args_list: list[str]) -> tuple[argparse.Namespace, list[str]] | None:
+    """The options and the upstream command; None, with the usage printed, when not exactly one upstream is given.
+
+    The parser, with a flag for every setting, is dropped on return: the guard serves without it.
+    """
     from mcp_loop_guard.cli_options import guard_parser  # noqa: PLC0415
-    from mcp_loop_guard.config import ConfigError, command_line_config  # noqa: PLC0415
-    from mcp_loop_guard.plan import plan  # noqa: PLC0415
-    from mcp_loop_guard.proxy.upstream.child import UpstreamStartError  # noqa: PLC0415 - loaded already
-    from mcp_loop_guard.settings import SettingsError, load_settings, setting_fields  # noqa: PLC0415
+    from mcp_loop_guard.settings import setting_fields  # noqa: PLC0415
 
     parser = guard_parser(setting_fields())
     args = parser.parse_args(args_list)
@@ -300,14 +300,34 @@ def _start(args_list: list[str], early: ChildProcess | UpstreamStartError | None
             "mcp-loop-guard: error: give exactly one upstream: `-- COMMAND [ARG...]`, --upstream URL or --config FILE",
             file=sys.stderr,
         )
-        return EXIT_USAGE
+        return None
     if args.header and args.upstream is None:
         parser.print_usage(sys.stderr)
         print("mcp-loop-guard: error: --header goes with --upstream URL", file=sys.stderr)
+        return None
+    return args, command
+
+
+def _start(args_list: list[str], early: ChildProcess | UpstreamStartError | None) -> int:
+    """Parse, check, and serve."""
+    from mcp_loop_guard.app import serve  # noqa: PLC0415 - loaded after the upstream has started
+    from mcp_loop_guard.config import ConfigError, command_line_config  # noqa: PLC0415
+    from mcp_loop_guard.plan import plan  # noqa: PLC0415
+    from mcp_loop_guard.proxy.upstream.child import UpstreamStartError  # noqa: PLC0415 - loaded already
+    from mcp_loop_guard.settings import SettingsError, load_settings, setting_fields  # noqa: PLC0415
+
+    parsed = _command_line(args_list)
+    if parsed is None:
         return EXIT_USAGE
+    args, command = parsed
     overrides: dict[str, Any] = {f.name: getattr(args, f.name) for f in setting_fields()}
     try:
-        config = command_line_config(args.config, args.upstream, args.header, command, args.cwd)
+        if args.config is not None:
+            from mcp_loop_guard.config_file import load_config  # noqa: PLC0415 - read only by a guard given a file
+
+            config = load_config(Path(args.config))
+        else:
+            config = command_line_config(args.upstream, args.header, command, args.cwd)
         settings = load_settings(config.settings, **overrides)
         decided = plan(config, settings, overrides)
         _check_proxy_variables(config)

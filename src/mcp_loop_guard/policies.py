@@ -12,7 +12,7 @@ import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from fnmatch import fnmatchcase
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import ValidationError
 
@@ -20,11 +20,10 @@ from mcp_loop_guard.budgets import budgets_of
 from mcp_loop_guard.core import Mode, Policy, ScrubRules
 from mcp_loop_guard.core.budget import Budget
 from mcp_loop_guard.core.setting import snake
-from mcp_loop_guard.overrides import PER_SERVER, THRESHOLDS, PolicySpec, Spec, ToolSpec
 from mcp_loop_guard.registry import REMOVED
 from mcp_loop_guard.settings import FileSettings, Settings, SettingsError
 
-__all__ = ["PER_SERVER", "PolicySpec", "PolicyTable", "Rules", "ToolSpec", "overridden", "server_budgets"]
+__all__ = ["PolicyTable", "Rules", "overridden", "policy_for", "server_budgets"]
 
 _CACHE_LIMIT = 10_000
 
@@ -35,9 +34,9 @@ def overridden(
     *,
     prefix: str = "",
     session_ignores: tuple[str, ...] = (),
-    kind: type[Spec] = PolicySpec,
+    level: Literal["server", "tool"] = "server",
 ) -> Policy:
-    """``base`` with ``overrides`` (camelCase or snake_case keys) applied.
+    """``base`` with ``overrides`` (camelCase or snake_case keys) of a server or a tool (``level``) applied.
 
     Values replace the base's; ``ignoreTools`` adds to the session's own list, each pattern
     put behind ``prefix`` (``"time__"`` when a server's tools are exported prefixed); scrub
@@ -46,8 +45,12 @@ def overridden(
     Raises:
         SettingsError: an unknown key, a bad value, or a warn threshold not below its block threshold.
     """
+    # The override models load at the first override: a guard without one never makes them.
+    from mcp_loop_guard.overrides import PER_SERVER, THRESHOLDS, PolicySpec, ToolSpec  # noqa: PLC0415
+
     where = overrides.where if isinstance(overrides, FileSettings) else str
-    scope = "per-server" if kind is PolicySpec else "per-tool"
+    kind = PolicySpec if level == "server" else ToolSpec
+    scope = f"per-{level}"
     removed = [f"{where(key)}: was removed: {REMOVED[snake(key)]}" for key in overrides if snake(key) in REMOVED]
     if removed:
         raise SettingsError(f"invalid {scope} setting: " + "; ".join(removed))
@@ -108,9 +111,9 @@ class PolicyTable:
         """Apply every tool override once now, so a bad one is reported at start, with its file key."""
         for server, entries in self.server_tools.items():
             for _, overrides in entries:
-                overridden(self.servers.get(server, self.session), overrides, kind=ToolSpec)
+                overridden(self.servers.get(server, self.session), overrides, level="tool")
         for _, overrides in self.exported_tools:
-            overridden(self.session, overrides, kind=ToolSpec)
+            overridden(self.session, overrides, level="tool")
 
     def __call__(self, server: str, tool: str) -> Policy:
         """The policy judging calls routed to ``server``'s own tool ``tool``."""
@@ -128,11 +131,11 @@ class PolicyTable:
         exported = f"{server}__{tool}" if self.prefixed else tool
         for pattern, overrides in self.exported_tools:
             if fnmatchcase(exported, pattern):
-                policy = overridden(policy, overrides, kind=ToolSpec)
+                policy = overridden(policy, overrides, level="tool")
                 break
         for pattern, overrides in self.server_tools.get(server, ()):
             if fnmatchcase(tool, pattern):
-                policy = overridden(policy, overrides, kind=ToolSpec)
+                policy = overridden(policy, overrides, level="tool")
                 break
         covering = tuple(budget for budget in self.budgets if fnmatchcase(exported, budget.pattern)) + tuple(
             budget for budget in self.server_budgets.get(server, ()) if fnmatchcase(tool, budget.pattern)
@@ -152,6 +155,8 @@ def server_budgets(name: str, overrides: Mapping[str, Any]) -> tuple[Budget, ...
     given = overrides.get("budgets")
     if not given:
         return ()
+    from mcp_loop_guard.overrides import PolicySpec  # noqa: PLC0415 - see overridden()
+
     return budgets_of(vars(PolicySpec.model_validate({"budgets": given}))["budgets"] or (), name)
 
 

@@ -19,7 +19,8 @@ from pathlib import Path
 import anyio
 import anyio.abc
 
-from mcp_loop_guard.config import MAX_CONFIG_BYTES, ConfigError, ServerSpec, load_config
+from mcp_loop_guard.config import ConfigError, ServerSpec
+from mcp_loop_guard.config_file import MAX_CONFIG_BYTES, load_config
 from mcp_loop_guard.plan import Plan, plan
 from mcp_loop_guard.settings import RULE_SETTINGS, Settings, SettingsError, load_settings
 from mcp_loop_guard.userfile import UserFileError, read_bytes

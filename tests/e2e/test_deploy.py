@@ -25,7 +25,8 @@ import pytest
 import yaml
 from mcp import types
 
-from mcp_loop_guard.config import HttpServer, StdioServer, load_config
+from mcp_loop_guard.config import HttpServer, StdioServer
+from mcp_loop_guard.config_file import load_config
 from mcp_loop_guard.plan import plan
 from mcp_loop_guard.proxy.downstream.http.middleware import HostGuard, security_settings
 from mcp_loop_guard.settings import load_settings, setting_fields

@@ -25,6 +25,7 @@ from starlette.types import ASGIApp
 
 from mcp_loop_guard.cli_options import guard_parser
 from mcp_loop_guard.config import GuardConfig, ServerSpec, StdioServer, command_line_config
+from mcp_loop_guard.config_file import load_config
 from mcp_loop_guard.plan import plan
 from mcp_loop_guard.proxy.downstream.http.app import GuardStop, serve
 from mcp_loop_guard.proxy.downstream.http.listen import listen
@@ -223,7 +224,10 @@ async def serving_cli(args: Sequence[str], **settings: Any) -> AsyncIterator[InP
     command = list(parsed.command)
     if command[:1] == ["--"]:
         command = command[1:]
-    config = command_line_config(parsed.config, parsed.upstream, parsed.header, command, parsed.cwd)
+    if parsed.config is not None:
+        config = load_config(Path(parsed.config))
+    else:
+        config = command_line_config(parsed.upstream, parsed.header, command, parsed.cwd)
     flags = {f.name: getattr(parsed, f.name) for f in setting_fields() if getattr(parsed, f.name) is not None}
     async with serving_config(config, **{**flags, **settings}) as guard:
         yield guard

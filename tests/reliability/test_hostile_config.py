@@ -18,7 +18,7 @@ from typing import Any
 import anyio
 import pytest
 
-from mcp_loop_guard.config import MAX_CONFIG_BYTES
+from mcp_loop_guard.config_file import MAX_CONFIG_BYTES
 from tests.harness import Connector, CountingUpstream, GuardProcess, action, eventually, server_environment
 
 pytestmark = [pytest.mark.e2e, pytest.mark.anyio]

@@ -18,10 +18,10 @@ from mcp_loop_guard.config import (
     GuardConfig,
     HttpServer,
     StdioServer,
-    load_config,
     stdio_command_config,
     url_config,
 )
+from mcp_loop_guard.config_file import load_config
 from mcp_loop_guard.core import Policy
 from mcp_loop_guard.plan import plan
 from mcp_loop_guard.policies import policy_for

@@ -402,24 +402,34 @@ def test_file_settings_is_a_read_only_mapping() -> None:
 
 
 _MODELS_BUILT = """
-import json
+import json, sys
 from mcp_loop_guard.budgets import BudgetSpec
-from mcp_loop_guard.config import _Entry, stdio_command_config
+from mcp_loop_guard.config import stdio_command_config
 from mcp_loop_guard.plan import plan
-from mcp_loop_guard.policies import ToolSpec
+from mcp_loop_guard.proxy.downstream.stdio import serve_pipe
 from mcp_loop_guard.settings import load_settings
 
 config = stdio_command_config(["server"], None)
 plan(config, load_settings(config.settings))
-print(json.dumps([m.__pydantic_complete__ for m in (BudgetSpec, ToolSpec, _Entry)]))
+print(json.dumps([BudgetSpec.__pydantic_complete__, sorted(name for name in sys.modules if name in ONLY_SOME)]))
 """
+ONLY_SOME = (
+    "mcp_loop_guard.config_file",
+    "mcp_loop_guard.overrides",
+    "mcp_loop_guard.proxy.relay.events",
+    "mcp_loop_guard.reload",
+    "mcp_loop_guard.userfile",
+)
+"""Modules only a guard given a config file, overrides or an event log uses."""
 
 
-def test_a_guard_given_a_command_alone_builds_no_model_it_does_not_use() -> None:
-    """A model built costs every guard memory: budgets, tool overrides and config entries wait for a first use."""
+def test_a_guard_given_a_command_alone_loads_nothing_it_does_not_use() -> None:
+    """Every model built and module loaded costs every guard memory: budgets, config files, overrides, reloads and
+    the event log wait for a first use."""
     env = {k: v for k, v in os.environ.items() if not k.upper().startswith("LOOP_GUARD_")}
-    result = subprocess.run([sys.executable, "-c", _MODELS_BUILT], capture_output=True, text=True, env=env, check=True)
-    assert json.loads(result.stdout) == [False, False, False]
+    script = _MODELS_BUILT.replace("ONLY_SOME", repr(ONLY_SOME))
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, check=True)
+    assert json.loads(result.stdout) == [False, []]
 
 
 def test_the_health_interval_reaches_every_probe(monkeypatch: pytest.MonkeyPatch) -> None:

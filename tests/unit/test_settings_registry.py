@@ -16,7 +16,7 @@ import pytest
 
 from mcp_loop_guard.cli import main
 from mcp_loop_guard.cli_options import guard_parser
-from mcp_loop_guard.config import load_config
+from mcp_loop_guard.config_file import load_config
 from mcp_loop_guard.core import Mode, Policy, ScrubRules
 from mcp_loop_guard.core.arguments import ArgumentRules
 from mcp_loop_guard.core.registry import RULE

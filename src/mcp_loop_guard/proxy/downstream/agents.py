@@ -8,6 +8,7 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from functools import partial
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import anyio
 import anyio.to_thread
@@ -17,7 +18,6 @@ from mcp_loop_guard.core.detector import take_over
 from mcp_loop_guard.core.state import State
 from mcp_loop_guard.plan import Plan
 from mcp_loop_guard.private_files import UnsafePathError
-from mcp_loop_guard.proxy.relay.events import EventLog
 from mcp_loop_guard.proxy.relay.judge import CallObserver, Judge
 from mcp_loop_guard.store import (
     AgentLoop,
@@ -31,6 +31,9 @@ from mcp_loop_guard.store import (
 )
 from mcp_loop_guard.store import describe_store as describe
 from mcp_loop_guard.store.keys import stdio_agent_base
+
+if TYPE_CHECKING:
+    from mcp_loop_guard.proxy.relay.events import EventLog
 
 logger = logging.getLogger(__name__)
 
@@ -84,6 +87,8 @@ async def opened_events(plan: Plan) -> AsyncIterator[EventLog | None]:
     if path is None:
         yield None
         return
+    from mcp_loop_guard.proxy.relay.events import EventLog  # noqa: PLC0415 - loaded only when there is a log to write
+
     try:
         events = EventLog(Path(path).expanduser(), contents=plan.settings.log_contents)  # noqa: ASYNC240 - once, at start
     except UnsafePathError as error:

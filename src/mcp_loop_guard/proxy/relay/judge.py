@@ -15,16 +15,18 @@ import logging
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from mcp_loop_guard import tracing
 from mcp_loop_guard.core.detector import Call, Outcome, Ticket, call_of, error_outcome, outcome_of
 from mcp_loop_guard.core.model import Action, Family, Verdict
 from mcp_loop_guard.core.policy import Policy
-from mcp_loop_guard.proxy.relay.events import EventLog
 from mcp_loop_guard.proxy.relay.verdicts import refused, warned, without_notes
 from mcp_loop_guard.store.agent import AgentLoop
 from mcp_loop_guard.tracing import CallSpan
+
+if TYPE_CHECKING:
+    from mcp_loop_guard.proxy.relay.events import EventLog
 
 logger = logging.getLogger(__name__)
 
