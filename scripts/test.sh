@@ -8,7 +8,8 @@
 # (pytest, ruff, mypy, mcp-server-time, mcp-server-git, ...), and installs the
 # pinned npm packages of every tests/*/package.json (server-everything and
 # server-filesystem in tests/node, the conformance suite in tests/conformance, the Claude
-# Code CLI in tests/clients) from their lockfiles, redis-server (from apt, or Homebrew on
+# Code CLI in tests/clients) from their lockfiles, mcp-proxy (pinned, in a virtual environment of its own
+# under tests/interop/.venvs, for the proxy chain tests), redis-server (from apt, or Homebrew on
 # macOS, when missing) for the state store tests, and valgrind (from apt, when missing) for
 # the benchmarks' instruction count. Runs on Linux and macOS; valgrind does not run on macOS,
 # so the two instruction-count tests are skipped there.
@@ -41,6 +42,9 @@ for manifest in tests/*/package.json; do
         npm install --prefix "$dir" --no-audit --no-fund --loglevel=error
     fi
 done
+
+echo "== installing mcp-proxy into tests/interop/.venvs (the proxy chain tests run it; it pins mcp<2)"
+.venv/bin/python -m tests.interop.mcp_proxy_venv
 
 if ! command -v redis-server >/dev/null && ! command -v valkey-server >/dev/null; then
     echo "== installing redis-server (the fleet tests start their own on a free port)"

@@ -3,19 +3,14 @@
 The Inspector and the Node 22 it needs are pinned in package.json here (``npm ci --prefix
 tests/interop``, which scripts/test.sh runs; that Node is Linux x64's, an optional package: elsewhere
 the system's ``node``, 22 or newer, runs the Inspector). mcp-proxy pins ``mcp<2``, so it gets a virtual
-environment of its own under .venvs/, created on first use and reused while its pins hold.
+environment of its own under .venvs/ (:mod:`tests.interop.mcp_proxy_venv`).
 """
 
 from __future__ import annotations
 
-import fcntl
 import json
 import shutil
-import subprocess
-import sys
-import time
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -24,6 +19,7 @@ import anyio
 import pytest
 
 from tests.harness import MARKER_ENV
+from tests.interop import mcp_proxy_venv
 from tests.interop.processes import Processes
 
 INTEROP_DIR = Path(__file__).resolve().parent
@@ -35,12 +31,6 @@ INSPECTOR_PACKAGE = INTEROP_DIR / "node_modules" / "@modelcontextprotocol" / "in
 INSPECTOR_ENTRY = INSPECTOR_PACKAGE / "clients" / "launcher" / "build" / "index.js"
 INSPECTOR_TIMEOUT = 60.0
 """Seconds one Inspector run may take (it takes one to three here)."""
-
-MCP_PROXY_VENV = INTEROP_DIR / ".venvs" / "mcp-proxy"
-MCP_PROXY_REQUIREMENTS = ("mcp-proxy==0.13.0", "mcp==1.30.0")
-"""mcp-proxy and the SDK it runs on (it requires mcp<2), pinned."""
-MCP_PROXY_INSTALL_TIMEOUT = 180.0
-"""Seconds pip may take to install mcp-proxy the first time (about 10 here)."""
 
 
 @pytest.fixture
@@ -125,45 +115,10 @@ def inspector(tmp_path: Path, process_marker: str) -> Inspector:
 # --- mcp-proxy -------------------------------------------------------------------------------
 
 
-def _run(argv: Sequence[str], timeout: float) -> None:
-    try:
-        subprocess.run(argv, check=True, capture_output=True, text=True, timeout=timeout)
-    except subprocess.CalledProcessError as failed:
-        pytest.fail(f"`{' '.join(argv)}` failed:\n{failed.stdout}\n{failed.stderr}")
-
-
-@contextmanager
-def _exclusive(path: Path, within: float) -> Iterator[None]:
-    """Holds an exclusive lock on path, waiting up to `within` seconds for another test run to release it."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with path.open("w") as handle:
-        deadline = time.monotonic() + within
-        while True:
-            try:
-                fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                break
-            except BlockingIOError:
-                if time.monotonic() > deadline:
-                    pytest.fail(f"{path} stayed locked for {within} s")
-                time.sleep(0.2)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
-
-
 @pytest.fixture(scope="session")
 def mcp_proxy() -> list[str]:
-    """The argv prefix of mcp-proxy (PyPI), installed once into tests/interop/.venvs/mcp-proxy."""
-    python = MCP_PROXY_VENV / "bin" / "python"
-    stamp = MCP_PROXY_VENV / "installed.txt"
-    wanted = "\n".join(MCP_PROXY_REQUIREMENTS)
-    # Another test run in this checkout may be installing it right now.
-    with _exclusive(MCP_PROXY_VENV.parent / "mcp-proxy.lock", MCP_PROXY_INSTALL_TIMEOUT + 60):
-        if not (python.exists() and stamp.exists() and stamp.read_text(encoding="utf-8") == wanted):
-            shutil.rmtree(MCP_PROXY_VENV, ignore_errors=True)
-            _run([sys.executable, "-m", "venv", str(MCP_PROXY_VENV)], timeout=120)
-            pip = [str(python), "-m", "pip", "install", "--quiet", "--disable-pip-version-check"]
-            _run([*pip, *MCP_PROXY_REQUIREMENTS], timeout=MCP_PROXY_INSTALL_TIMEOUT)
-            stamp.write_text(wanted, encoding="utf-8")
-    return [str(python), "-m", "mcp_proxy"]
+    """The argv prefix of mcp-proxy (PyPI), in tests/interop/.venvs/mcp-proxy (made here when missing)."""
+    try:
+        return mcp_proxy_venv.ensure()
+    except mcp_proxy_venv.InstallError as error:
+        pytest.fail(str(error))
