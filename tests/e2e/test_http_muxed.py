@@ -235,8 +235,9 @@ async def test_the_child_starts_before_the_guard_loads_its_http_stack_and_is_the
         started, spawned = psutil.Process(guard.process.pid).create_time(), child.create_time()
     starts = [entry for entry in read_json_lines(log) if entry.get("event") == "start"]
     assert [entry["ppid"] for entry in starts] == [guard.process.pid], "one child, the guard's own"
-    # Loading the HTTP stack and the SDK takes most of the time to readiness; the child starts before it.
-    assert spawned - started < 0.3 * (ready - started), (spawned - started, ready - started)
+    # Loading the HTTP stack takes most of the time to readiness, and the child starts before it: in the
+    # first half (a loaded CI run saw 37%); started after the stack, it comes at about 60%.
+    assert spawned - started < 0.5 * (ready - started), (spawned - started, ready - started)
 
 
 class _RawSession:
