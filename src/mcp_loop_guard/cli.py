@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 import anyio
 
-from mcp_loop_guard import log_repeats
+from mcp_loop_guard import log_repeats, pydantic_plugins
 from mcp_loop_guard.exits import EXIT_START_FAILED, EXIT_USAGE
 from mcp_loop_guard.posix import unsupported
 from mcp_loop_guard.redaction import program_name
@@ -161,6 +161,7 @@ def _on_a_supported_system(args_list: list[str]) -> int:
 
 def _guard(args_list: list[str]) -> int:
     """Start the upstream, then the guard in front of it; whatever happens, no child outlives a failed start."""
+    pydantic_plugins.keep_out()  # before the first model is built
     # Loaded once the system is known to be one the guard runs on (they need POSIX).
     from mcp_loop_guard.proxy.upstream import signals  # noqa: PLC0415
     from mcp_loop_guard.proxy.upstream.child import ChildProcess  # noqa: PLC0415
