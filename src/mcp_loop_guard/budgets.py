@@ -10,9 +10,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable
-
-from pydantic import BaseModel, ConfigDict, Field
-from pydantic.alias_generators import to_camel
+from dataclasses import dataclass
 
 from mcp_loop_guard.core.budget import Budget
 
@@ -21,22 +19,14 @@ __all__ = ["SHORT_FORM", "BudgetSpec", "budgets_of", "parse_budgets"]
 SHORT_FORM = "PATTERN=MAXCALLS[/SECONDS] entries separated by commas (no PATTERN: every tool), or a JSON list"
 
 
-class BudgetSpec(BaseModel):
-    """One budget as configured: the tools it covers, its cap, its window."""
+@dataclass(frozen=True, slots=True)
+class BudgetSpec:
+    """One budget as configured, once read (:mod:`mcp_loop_guard.budget_model` reads and checks what is given)."""
 
-    model_config = ConfigDict(
-        extra="forbid",
-        frozen=True,
-        alias_generator=to_camel,
-        validate_by_name=True,
-        validate_by_alias=True,
-        defer_build=True,  # built at the first budget given: a guard without one never pays for it
-    )
-
-    tools: str = Field(default="*", min_length=1)
+    max_calls: int
+    tools: str = "*"
     """A tool name or shell-style pattern: names the client sees at the top level, the server's own per server."""
-    max_calls: int = Field(ge=1)
-    per_seconds: float | None = Field(default=None, gt=0)
+    per_seconds: float | None = None
     """The window; None: the agent's whole session (until its state expires or is reset)."""
 
 

@@ -14,6 +14,7 @@ from typing import Any, Final
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, create_model, field_validator
 from pydantic.alias_generators import to_camel
 
+from mcp_loop_guard.budget_model import BudgetModel
 from mcp_loop_guard.core.setting import Scope, Setting
 from mcp_loop_guard.registry import SETTING, SETTINGS, check_value, parse_value
 
@@ -61,10 +62,15 @@ THRESHOLDS: Final = tuple(
 """Each family's (warn, block) pair: one given alone must still leave warn below block."""
 
 
+def _model_type(setting: Setting) -> Any:
+    """The type pydantic reads ``setting`` as: a budget is read by its own model (kept as a spec in Settings)."""
+    return tuple[BudgetModel, ...] if setting.name == "budgets" else setting.type
+
+
 def _spec(name: str, scope: Scope, base: type[Spec]) -> type[Spec]:
     """A model of the settings of ``scope`` that ``base`` does not have yet; None means "not given"."""
     fields: dict[str, Any] = {
-        setting.name: (setting.type | None, Field(default=None, ge=setting.ge, gt=setting.gt, le=setting.le))
+        setting.name: (_model_type(setting) | None, Field(default=None, ge=setting.ge, gt=setting.gt, le=setting.le))
         for setting in settable(scope)
         if setting.name not in base.model_fields
     }

@@ -14,8 +14,6 @@ from dataclasses import dataclass, field
 from fnmatch import fnmatchcase
 from typing import Any, Literal
 
-from pydantic import ValidationError
-
 from mcp_loop_guard.budgets import budgets_of
 from mcp_loop_guard.core import Mode, Policy, ScrubRules
 from mcp_loop_guard.core.budget import Budget
@@ -46,6 +44,8 @@ def overridden(
         SettingsError: an unknown key, a bad value, or a warn threshold not below its block threshold.
     """
     # The override models load at the first override: a guard without one never makes them.
+    from pydantic import ValidationError  # noqa: PLC0415
+
     from mcp_loop_guard.overrides import PER_SERVER, THRESHOLDS, PolicySpec, ToolSpec  # noqa: PLC0415
 
     where = overrides.where if isinstance(overrides, FileSettings) else str
@@ -157,7 +157,8 @@ def server_budgets(name: str, overrides: Mapping[str, Any]) -> tuple[Budget, ...
         return ()
     from mcp_loop_guard.overrides import PolicySpec  # noqa: PLC0415 - see overridden()
 
-    return budgets_of(vars(PolicySpec.model_validate({"budgets": given}))["budgets"] or (), name)
+    models = vars(PolicySpec.model_validate({"budgets": given}))["budgets"] or ()
+    return budgets_of((model.spec() for model in models), name)
 
 
 class Rules:

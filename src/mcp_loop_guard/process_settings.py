@@ -9,11 +9,10 @@ from __future__ import annotations
 from functools import partial
 from typing import Final, Literal
 
-from pydantic import SecretStr
-
 from mcp_loop_guard.budgets import SHORT_FORM, BudgetSpec, parse_budgets
 from mcp_loop_guard.core.setting import SERVER, Setting
 from mcp_loop_guard.setting_checks import (
+    Secret,
     check_hosts,
     check_listen_host,
     check_origins,
@@ -146,7 +145,7 @@ PROCESS: Final[tuple[Setting, ...]] = (
     ),
     _security(
         "auth_token",
-        SecretStr | None,
+        Secret | None,
         None,
         "Bearer token every HTTP request must carry (Authorization: Bearer ...); prefer the variable.",
         values="a token of visible ASCII characters without spaces",
@@ -157,7 +156,7 @@ PROCESS: Final[tuple[Setting, ...]] = (
     ),
     _security(
         "auth_tokens",
-        SecretStr | None,
+        Secret | None,
         None,
         "Named bearer tokens, name:token pairs separated by commas; loop state keys are kept per name.",
         values="name:token pairs separated by commas (names of letters, digits, _ and -)",
@@ -167,7 +166,7 @@ PROCESS: Final[tuple[Setting, ...]] = (
     ),
     _security(
         "admin_token",
-        SecretStr | None,
+        Secret | None,
         None,
         "Bearer token of the admin API (/admin/agents: list agents, reset one).",
         values="a token without spaces or control characters",

@@ -69,7 +69,7 @@ class Reloader:
             _apply_log_level(self.current.settings, settings)
             waiting = [
                 name
-                for name in Settings.model_fields
+                for name in Settings.fields
                 if name not in LIVE_SETTINGS and getattr(self.current.settings, name) != getattr(settings, name)
             ]
             self.current = Plan(config, settings, self.current.policies, self.current.overrides)

@@ -9,11 +9,10 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 
-from pydantic import SecretStr
-
 from mcp_loop_guard.store import store_kind
 
 __all__ = [
+    "Secret",
     "check_hosts",
     "check_listen_host",
     "check_origins",
@@ -25,6 +24,32 @@ __all__ = [
     "parse_tokens",
     "split_list",
 ]
+
+
+class Secret:
+    """A token: kept, compared and hashed as its text, shown as stars in a repr, a log or an error."""
+
+    __slots__ = ("_value",)
+
+    def __init__(self, value: str) -> None:
+        self._value = value
+
+    def get_secret_value(self) -> str:
+        """The token itself, for where it is used."""
+        return self._value
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Secret) and other._value == self._value
+
+    def __hash__(self) -> int:
+        return hash(self._value)
+
+    def __repr__(self) -> str:
+        return "Secret('**********')"
+
+    def __str__(self) -> str:
+        return "**********"
+
 
 _HEADER_NAME = re.compile(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]+$")
 _HOST = r"(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9_.-]+)(:([0-9]{1,5}|\*))?"
@@ -60,7 +85,7 @@ def check_text(value: str | None) -> str | None:
     return value
 
 
-def check_tokens(value: SecretStr | None) -> SecretStr | None:
+def check_tokens(value: Secret | None) -> Secret | None:
     """name:token pairs, names unique, tokens without spaces."""
     if value is not None:
         parse_tokens(value.get_secret_value())
@@ -75,7 +100,7 @@ def check_listen_host(value: str) -> str:
     return value
 
 
-def check_token(value: SecretStr | None) -> SecretStr | None:
+def check_token(value: Secret | None) -> Secret | None:
     """An empty token is a mistake, not "no authentication": fail closed."""
     if value is not None and not _TOKEN.match(value.get_secret_value()):
         msg = "empty or contains spaces or control characters (unset it to turn authentication off)"

@@ -13,13 +13,12 @@ import os
 from collections.abc import Iterator, Mapping
 from typing import Any
 
-from pydantic import ValidationError
-
 from mcp_loop_guard.core.setting import ENV_PREFIX, Setting, camel, snake
 from mcp_loop_guard.redaction import redact_url
 from mcp_loop_guard.registry import REMOVED, RULE_SETTINGS, SETTING, global_settings
 from mcp_loop_guard.setting_checks import parse_tokens, split_list
-from mcp_loop_guard.settings_model import FILE_VALUES, Settings
+from mcp_loop_guard.setting_values import Issue
+from mcp_loop_guard.settings_model import FILE_VALUES, Settings, SettingsInvalid
 
 __all__ = [
     "ENV_PREFIX",
@@ -102,8 +101,8 @@ def load_settings(file_settings: Mapping[str, Any] | None = None, /, **overrides
     token = FILE_VALUES.set(file_values)
     try:
         return Settings(**given)
-    except ValidationError as error:
-        raise SettingsError(_explain(error, given, file_values)) from None
+    except SettingsInvalid as invalid:
+        raise SettingsError(_explain(invalid.issues, given, file_values)) from None
     finally:
         FILE_VALUES.reset(token)
 
@@ -115,7 +114,7 @@ def _secret(name: str) -> bool:
 
 def _warn_unknown_variables() -> None:
     """A ``LOOP_GUARD_*`` variable that is no setting is most likely a typo: say so, once per load."""
-    fields = Settings.model_fields
+    fields = Settings.fields
     for variable in sorted(os.environ):
         name = variable[len(ENV_PREFIX) :].lower()
         if not variable.startswith(ENV_PREFIX) or name in fields:
@@ -126,13 +125,13 @@ def _warn_unknown_variables() -> None:
             logger.warning("%s is ignored: it is not a setting (see mcp-loop-guard --help)", variable)
 
 
-def _explain(error: ValidationError, given: Mapping[str, Any], file_values: Mapping[str, Any]) -> str:
+def _explain(issues: list[Issue], given: Mapping[str, Any], file_values: Mapping[str, Any]) -> str:
     """One paragraph naming each bad setting, where it came from, its value and what it accepts."""
-    fields = Settings.model_fields
+    fields = Settings.fields
     environment = {name.upper() for name in os.environ}
     problems: list[str] = []
-    for issue in error.errors(include_url=False):
-        name = str(issue["loc"][0]) if issue["loc"] else ""
+    for issue in issues:
+        name = str(issue.loc[0])
         if name not in fields:
             if snake(name) in REMOVED:
                 problems.append(f"{name!r} was removed: {REMOVED[snake(name)]}")
@@ -140,10 +139,10 @@ def _explain(error: ValidationError, given: Mapping[str, Any], file_values: Mapp
                 problems.append(f"{name!r} is not a setting (known: {', '.join(fields)})")
             continue
         setting = SETTING[name]
-        value = "<hidden>" if setting.secret else repr(issue["input"])
-        if name == "state" and isinstance(issue["input"], str):
-            value = repr(redact_url(issue["input"]))  # a store URL may hold its password
-        inner = "".join(f"[{part}]" if isinstance(part, int) else f".{camel(part)}" for part in issue["loc"][1:])
+        value = "<hidden>" if setting.secret else repr(issue.input)
+        if name == "state" and isinstance(issue.input, str):
+            value = repr(redact_url(issue.input))  # a store URL may hold its password
+        inner = "".join(f"[{part}]" if isinstance(part, int) else f".{camel(part)}" for part in issue.loc[1:])
         if name in given:
             origin = f"{setting.env}{inner}={value} (from {setting.flag})"
         elif setting.env in environment or name not in file_values:
@@ -152,13 +151,16 @@ def _explain(error: ValidationError, given: Mapping[str, Any], file_values: Mapp
             origin = f"{file_values.key(name)}{inner}={value} in {file_values.file}"
         else:
             origin = f"loopGuard.{setting.key}{inner}={value} in the config file"
-        if issue["type"] == "value_error":
-            detail = f"{issue['ctx']['error']}; "
-        else:
-            detail = f"{issue['msg'].lower()}; " if inner else ""
-        problems.append(f"{origin} is not valid: {detail}expected {setting.accepted}")
+        problems.append(f"{origin} is not valid: {_detail(issue, inner)}expected {setting.accepted}")
     return (
         "invalid configuration: "
         + "; ".join(problems)
         + ". Fix these values (or unset them to use the defaults) and start again."
     )
+
+
+def _detail(issue: Issue, inner: str) -> str:
+    """The setting's own words on what is wrong; the reader's for a part of a list (which ``accepted`` won't name)."""
+    if issue.type == "value_error":
+        return f"{issue.ctx['error']}; "
+    return f"{issue.msg.lower()}; " if inner else ""

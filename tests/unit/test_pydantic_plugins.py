@@ -58,6 +58,7 @@ def test_a_guard_builds_its_models_without_looking_for_plugins(tmp_path: Path) -
     not load importlib.metadata to look for one."""
     env = _installed_plugin(tmp_path)
     assert _run(_PLAIN, env) == [1, True, True]
+    env["LOOP_GUARD_BUDGETS"] = "search_*=20/3600"  # read by a pydantic model: a guard of one command builds none
     assert _run(_GUARD, env) == [0, True, False, False]
 
 
