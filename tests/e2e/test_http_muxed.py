@@ -47,6 +47,7 @@ from tests.http_harness import (
     Rig,
     ServerProcess,
     http_get,
+    imported,
     initialize_body,
     mcp_http_client,
     open_http_session,
@@ -328,6 +329,7 @@ async def test_only_a_2026_client_loads_the_sdk_and_it_shares_the_child_and_its_
                 handshake_era = [await legacy.session.call_tool("constant", {}) for _ in range(3)]
         ready = (await http_get(guard.url("/readyz"))).json()
         before = sdk_modules(guard)
+        pydantic = {name for name in imported(guard) if name.split(".")[0] in ("pydantic", "pydantic_settings")}
         async with (
             mcp_http_client() as http,
             Client(streamable_http_client(guard.mcp_url, http_client=http), mode=MODERN_VERSION) as modern,
@@ -337,6 +339,7 @@ async def test_only_a_2026_client_loads_the_sdk_and_it_shares_the_child_and_its_
             version = modern.protocol_version
         after = sdk_modules(guard)
     assert before == set(), sorted(before)[:10]
+    assert pydantic == set(), sorted(pydantic)[:10]  # settings, the relay and its probe read no pydantic model
     assert ready["ready"] is True, ready
     assert {"mcp", "mcp_types"} <= after
     assert version == MODERN_VERSION

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
 from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import anyio
+import anyio.abc
 import anyio.to_thread
 
 from mcp_loop_guard.config import ServerSpec, StdioServer
@@ -185,3 +186,17 @@ async def _renew(store: Store, key: str, owner: Owner) -> None:
             await store.renew(key, Owner(owner.host, owner.pid, owner.started, time.time() + LEASE))
         except StoreError as error:
             logger.debug("could not renew the agent key's lease: %s", error)
+
+
+def sighup_reload(
+    plan: Plan, apply_servers: Callable[[Sequence[ServerSpec]], Awaitable[str | None]], tg: anyio.abc.TaskGroup
+) -> Callable[[str], None] | None:
+    """What SIGHUP does in a guard given a config file: reload it; None without one.
+
+    The reloader (and with it the config file's reader and pydantic) loads only in such a guard.
+    """
+    if plan.config.path is None and not plan.settings.watch_config:
+        return None
+    from mcp_loop_guard.reload import on_sighup, reloader_for  # noqa: PLC0415 - see above
+
+    return on_sighup(reloader_for(plan, apply_servers, tg), tg)

@@ -19,7 +19,7 @@ import anyio.abc
 
 from mcp_loop_guard.core.model import Verdict
 from mcp_loop_guard.plan import Limits, Plan
-from mcp_loop_guard.proxy.downstream.agents import judge_for, opened_events, opened_store, stdio_agent
+from mcp_loop_guard.proxy.downstream.agents import judge_for, opened_events, opened_store, sighup_reload, stdio_agent
 from mcp_loop_guard.proxy.relay.pipe import Pipe
 from mcp_loop_guard.proxy.upstream import signals
 from mcp_loop_guard.proxy.upstream.channels import opener
@@ -92,15 +92,6 @@ async def watch_signals(ending: Ending, reload: Callable[[str], None] | None = N
             ending.end("signal", signum)
 
 
-def _reload(plan: Plan, pipe: Pipe, tg: anyio.abc.TaskGroup) -> Callable[[str], None] | None:
-    """What SIGHUP does instead of ending the session: reload the config file; None for a guard without one."""
-    if plan.config.path is None and not plan.settings.watch_config:
-        return None
-    from mcp_loop_guard.reload import on_sighup, reloader_for  # noqa: PLC0415 - only a guard given a config file reloads
-
-    return on_sighup(reloader_for(plan, pipe.reconfigure, tg), tg)
-
-
 async def serve_pipe(plan: Plan, first: ChildProcess | None = None) -> int:
     """Guard the configured upstreams (a command, an HTTP URL, or several) for the client on stdin/stdout.
 
@@ -130,7 +121,7 @@ async def serve_pipe(plan: Plan, first: ChildProcess | None = None) -> int:
         pipe = Pipe(reach, send, judge, server=spec.name, limits=limits, on_abort=lambda: ending.end("abort"))
         upstream = pipe.upstream
         async with anyio.create_task_group() as tg:
-            tg.start_soon(watch_signals, ending, _reload(plan, pipe, tg))
+            tg.start_soon(watch_signals, ending, sighup_reload(plan, pipe.reconfigure, tg))
             await tg.start(upstream.run)
             client_gone = anyio.Event()
             tg.start_soon(_read_client, stdin, pipe, settings.max_message_bytes, ending, client_gone)

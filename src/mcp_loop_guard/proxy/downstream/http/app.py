@@ -30,7 +30,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from mcp_loop_guard.core import replies
 from mcp_loop_guard.metrics import Metrics
 from mcp_loop_guard.plan import Plan
-from mcp_loop_guard.proxy.downstream.agents import opened_events, opened_store
+from mcp_loop_guard.proxy.downstream.agents import opened_events, opened_store, sighup_reload
 from mcp_loop_guard.proxy.downstream.http.admin import ADMIN_PREFIX, Admin, LiveAgent
 from mcp_loop_guard.proxy.downstream.http.agents import Agents
 from mcp_loop_guard.proxy.downstream.http.fronts import Start, topology
@@ -50,7 +50,6 @@ from mcp_loop_guard.proxy.upstream import signals
 from mcp_loop_guard.proxy.upstream.backoff import START_TIMEOUT
 from mcp_loop_guard.proxy.upstream.child import ChildProcess
 from mcp_loop_guard.proxy.upstream.health import Supervised
-from mcp_loop_guard.reload import on_sighup, reloader_for
 from mcp_loop_guard.store import MemoryStore, Store, StoreHealth
 
 if TYPE_CHECKING:
@@ -260,7 +259,7 @@ async def serve(plan: Plan, stop: GuardStop, first: ChildProcess | None, sockets
         async with anyio.create_task_group() as tg:
             served = await topology(plan).build(plan, Start(agents, metrics, tg, first))
             sessions, slots = served.sessions, served.slots
-            stop.reload = on_sighup(reloader_for(plan, served.reconfigure, tg), tg)
+            stop.reload = sighup_reload(plan, served.reconfigure, tg)
             connections = min(settings.max_connections, max(8, descriptors - DESCRIPTOR_RESERVE))
             config = uvicorn.Config(
                 build_app(sessions, slots, plan, metrics, health, store, stop),
