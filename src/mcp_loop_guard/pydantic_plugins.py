@@ -4,8 +4,9 @@ The first pydantic model built asks pydantic's plugin loader for plugins, and th
 imports ``importlib.metadata`` (with ``email`` and ``zipfile``) to read the entry points of every
 distribution installed beside the guard. A guard has no use for such plugins, and should not
 run code a neighbouring package registered for them inside a proxy meant to stand between a
-model and its tools; the loader alone is 1.4 MB of a stdio guard's 40. So the guard's entry
-point puts a loader that finds none in its place before any model is built.
+model and its tools; the loader alone is 1.4 MB. So the guard's entry point puts a loader that
+finds none in its place before any model is built (a guard of one command builds none; one
+reading a config file, budgets or overrides does, and so does the SDK path).
 """
 
 from __future__ import annotations
