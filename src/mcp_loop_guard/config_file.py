@@ -7,8 +7,9 @@ Everything is checked at load, so a bad file stops the guard before it serves an
 with the file, the key and what is wrong. The file is read as every file a user names is
 (:mod:`mcp_loop_guard.userfile`): a regular file of at most 4 MB, nested at most 100 deep.
 
-Only a guard given a file (``--config``, a reload, ``replay --config``) loads this module,
-with the models that check a file's sections (:mod:`mcp_loop_guard.overrides`).
+Only a guard given a file (``--config``, a reload, ``replay --config``) loads this module. It
+reads servers and the top-level section without pydantic; the pydantic models that check a
+server's or a tool's overrides (:mod:`mcp_loop_guard.overrides`) load at the first such section.
 """
 
 from __future__ import annotations
@@ -19,12 +20,10 @@ import re
 import shlex
 import sys
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any, Literal
-
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
-from pydantic_core import ErrorDetails
+from typing import TYPE_CHECKING, Any, Literal
 
 from mcp_loop_guard.config import (
     SERVER_NAME,
@@ -39,10 +38,14 @@ from mcp_loop_guard.config import (
     is_http_url,
 )
 from mcp_loop_guard.core.setting import GLOBAL, Scope, Setting, snake
-from mcp_loop_guard.overrides import PolicySpec, Spec, ToolSpec, settable
-from mcp_loop_guard.registry import REMOVED, SETTING
+from mcp_loop_guard.registry import REMOVED, SETTING, settable
 from mcp_loop_guard.settings import FileSettings
 from mcp_loop_guard.userfile import MAX_DEPTH, MIB, UserFileError, line_of, read_text, too_deep
+
+if TYPE_CHECKING:
+    from pydantic_core import ErrorDetails
+
+    from mcp_loop_guard.overrides import Spec
 
 __all__ = ["MAX_CONFIG_BYTES", "load_config"]
 
@@ -50,26 +53,73 @@ MAX_CONFIG_BYTES = 4 * MIB
 """The largest config file read: a real one is a few kilobytes; a larger one is a mistake or an attack."""
 
 _VARIABLE = re.compile(r"\$\{(?:env:)?([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
-_MODELS: Mapping[Scope, type[Spec] | None] = MappingProxyType({"global": None, "server": PolicySpec, "tool": ToolSpec})
-"""How each scope's section is checked at load (the top-level one is checked as Settings are made)."""
 
 
-class _Entry(BaseModel):
-    """One server entry as clients write it; keys other clients add (``timeout``...) are ignored."""
+@dataclass(frozen=True, slots=True)
+class _Entry:
+    """One server entry as clients write it, its values checked; keys other clients add (``timeout``...) are ignored."""
 
-    # Built at the first config file read: a guard started with a command alone never pays for it.
-    model_config = ConfigDict(extra="ignore", strict=True, frozen=True, defer_build=True)
-
-    command: str | None = Field(default=None, min_length=1)
-    args: list[str] = Field(default_factory=list)
-    env: dict[str, str] = Field(default_factory=dict)
+    command: str | None = None
+    args: tuple[str, ...] = ()
+    env: Mapping[str, str] = field(default_factory=dict)
     cwd: str | None = None
-    url: str | None = Field(default=None, min_length=1)
+    url: str | None = None
     type: str | None = None
     transport: str | None = None
-    headers: dict[str, str] = Field(default_factory=dict)
-    loop_guard: dict[str, Any] = Field(default_factory=dict, alias="loopGuard")
-    call_timeout_seconds: float | int | None = Field(default=None, gt=0, alias="callTimeoutSeconds")
+    headers: Mapping[str, str] = field(default_factory=dict)
+    loop_guard: Mapping[str, Any] = field(default_factory=dict)
+    call_timeout_seconds: float | None = None
+
+
+def _entry(entry: Mapping[str, Any], at: str, problems: list[tuple[str, str]]) -> _Entry | None:
+    """The entry's values, each of the JSON type it must be; None with its problems recorded (in key order)."""
+    found = len(problems)
+
+    def problem(key: str, words: str) -> None:
+        problems.append((f"{at}.{key}", words))
+
+    def text(key: str, *, empty: bool = True) -> str | None:
+        value = entry.get(key)
+        if value is not None and not isinstance(value, str):
+            problem(key, f"expected a string, got {_kind(value)}")
+        elif value == "" and not empty:
+            problem(key, "must not be empty")
+        else:
+            return value
+        return None
+
+    def texts(key: str) -> dict[str, str]:
+        value = entry.get(key, {})
+        if not isinstance(value, dict):
+            problem(key, f"expected an object, got {_kind(value)}")
+            return {}
+        for name, item in value.items():
+            if not isinstance(item, str):
+                problem(f"{key}.{name}", f"expected a string, got {_kind(item)}")
+        return value
+
+    command = text("command", empty=False)
+    args = entry.get("args", [])
+    if not isinstance(args, list):
+        problem("args", f"expected a list, got {_kind(args)}")
+    for index, arg in enumerate(args if isinstance(args, list) else ()):
+        if not isinstance(arg, str):
+            problem(f"args[{index}]", f"expected a string, got {_kind(arg)}")
+    env = texts("env")
+    cwd, url = text("cwd"), text("url", empty=False)
+    kind, transport = text("type"), text("transport")
+    headers = texts("headers")
+    loop_guard = entry.get("loopGuard", {})
+    if not isinstance(loop_guard, dict):
+        problem("loopGuard", f"expected an object, got {_kind(loop_guard)}")
+    timeout = entry.get("callTimeoutSeconds")
+    if timeout is not None and (isinstance(timeout, bool) or not isinstance(timeout, int | float)):
+        problem("callTimeoutSeconds", f"expected a number, got {_kind(timeout)}")
+    elif timeout is not None and not timeout > 0:
+        problem("callTimeoutSeconds", "must be greater than 0")
+    if len(problems) > found:
+        return None
+    return _Entry(command, tuple(args), env, cwd, url, kind, transport, headers, loop_guard, timeout)
 
 
 def load_config(path: Path) -> GuardConfig:
@@ -166,10 +216,8 @@ def _server(
     if not SERVER_NAME.match(name):
         problems.append((at, "server names must match ^[a-zA-Z0-9_-]{1,64}$ (letters, digits, _ and -)"))
         return None
-    try:
-        spec = _Entry.model_validate(entry)
-    except ValidationError as error:
-        problems.extend((_path(at, issue["loc"]), _problem(issue)) for issue in error.errors())
+    spec = _entry(entry, at, problems)
+    if spec is None:
         return None
     found = len(problems)
     kind = _transport(spec, at, problems)
@@ -254,9 +302,11 @@ def _section(section: object, at: str, scope: Scope, file: str, problems: list[t
             problems.append((f"{at}.{key}", f"given twice (also as {keys[name].rpartition('.')[2]})"))
         else:
             values[name], keys[name] = value, f"{at}.{key}"
-    if (model := _MODELS[scope]) is not None:
+    if values and scope != "global":  # the top-level section is checked as Settings are made
+        from pydantic import ValidationError  # noqa: PLC0415 - pydantic reads overrides, loaded at the first
+
         try:
-            values = model.model_validate(values).model_dump(exclude_unset=True, exclude_none=True)
+            values = _model(scope).model_validate(values).model_dump(exclude_unset=True, exclude_none=True)
         except ValidationError as error:
             problems.extend(
                 (_path(keys[str(issue["loc"][0])], issue["loc"][1:]), _problem(issue)) for issue in error.errors()
@@ -264,6 +314,13 @@ def _section(section: object, at: str, scope: Scope, file: str, problems: list[t
     if "tools" in section and scope == "server":
         values["tools"], keys["tools"] = dict(tools), f"{at}.tools"
     return FileSettings(values, keys, file)
+
+
+def _model(scope: Scope) -> type[Spec]:
+    """The model that checks a server's or a tool's section."""
+    from mcp_loop_guard.overrides import PolicySpec, ToolSpec  # noqa: PLC0415 - see _section
+
+    return PolicySpec if scope == "server" else ToolSpec
 
 
 def _misplaced(key: str, scope: Scope, fields: Sequence[Setting]) -> str:

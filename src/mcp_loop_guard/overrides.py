@@ -16,7 +16,7 @@ from pydantic.alias_generators import to_camel
 
 from mcp_loop_guard.budget_model import BudgetModel
 from mcp_loop_guard.core.setting import Scope, Setting
-from mcp_loop_guard.registry import SETTING, SETTINGS, check_value, parse_value
+from mcp_loop_guard.registry import SETTING, check_value, parse_value, settable
 
 __all__ = ["PER_SERVER", "THRESHOLDS", "PolicySpec", "Spec", "ToolSpec", "settable"]
 
@@ -47,11 +47,6 @@ class Spec(BaseModel):
         """Each setting's own check (scrub presets, JSON paths...)."""
         setting = SETTING.get(str(info.field_name))
         return value if setting is None else check_value(setting, value)
-
-
-def settable(scope: Scope) -> tuple[Setting, ...]:
-    """The settings that may be set in ``scope``, in the order they are listed."""
-    return tuple(setting for setting in SETTINGS if scope in setting.scopes)
 
 
 THRESHOLDS: Final = tuple(

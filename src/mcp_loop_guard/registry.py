@@ -16,7 +16,7 @@ from types import MappingProxyType
 from typing import Any, Final
 
 from mcp_loop_guard.core.registry import RULES
-from mcp_loop_guard.core.setting import Setting
+from mcp_loop_guard.core.setting import Scope, Setting
 from mcp_loop_guard.process_settings import PROCESS
 from mcp_loop_guard.setting_checks import split_list
 
@@ -30,6 +30,7 @@ __all__ = [
     "check_value",
     "global_settings",
     "parse_value",
+    "settable",
 ]
 
 GROUPS: Final[Mapping[str, tuple[str, str]]] = MappingProxyType(
@@ -93,3 +94,8 @@ def parse_value(setting: Setting, value: object) -> object:
 def check_value(setting: Setting, value: Any) -> Any:
     """A typed value as kept, after the setting's own check (None, where allowed, is never checked)."""
     return value if setting.check is None or value is None else setting.check(value)
+
+
+def settable(scope: Scope) -> tuple[Setting, ...]:
+    """The settings that may be set in ``scope``, in the order they are listed."""
+    return tuple(setting for setting in SETTINGS if scope in setting.scopes)

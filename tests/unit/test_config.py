@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 import os
 import shlex
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -249,6 +251,17 @@ def test_a_tool_override_that_crosses_thresholds_names_its_key_and_file(write: A
         (servers(a={"url": "ftp://a/mcp"}), "mcpServers.a.url: expected an http:// or https:// URL with a host"),
         (servers(a={"url": "/mcp"}), "mcpServers.a.url: expected an http:// or https:// URL with a host"),
         (servers(a={"command": "x", "loopGuard": []}), "mcpServers.a.loopGuard: expected an object, got a list"),
+        (servers(a={"command": "x", "args": None}), "mcpServers.a.args: expected a list, got null"),
+        (servers(a={"url": "", "headers": "h"}), "mcpServers.a.url: must not be empty; mcpServers.a.headers: expected"),
+        (servers(a={"command": "x", "callTimeoutSeconds": "5"}), "callTimeoutSeconds: expected a number, got a string"),
+        (
+            servers(a={"command": "x", "callTimeoutSeconds": True}),
+            "callTimeoutSeconds: expected a number, got true/false",
+        ),
+        (
+            servers(a={"command": "x", "callTimeoutSeconds": 0}),
+            "mcpServers.a.callTimeoutSeconds: must be greater than 0",
+        ),
         (
             servers(a={"command": "x", "loopGuard": {"warnTreshold": 2}}),
             "mcpServers.a.loopGuard.warnTreshold: unknown setting (known: enabled, warnThreshold, blockThreshold, ",
@@ -489,3 +502,36 @@ def test_client_snippets_run_the_guard(monkeypatch: pytest.MonkeyPatch) -> None:
                 assert server.command == "mcp-loop-guard", path
             else:
                 assert server.url.endswith("/mcp"), path
+
+
+_LOADED = """
+import sys
+from pathlib import Path
+from mcp_loop_guard.config_file import load_config
+from mcp_loop_guard.plan import plan
+from mcp_loop_guard.settings import load_settings
+
+config = load_config(Path(sys.argv[1]))
+plan(config, load_settings(config.settings))
+print(",".join(sorted({name.split(".")[0] for name in sys.modules} & {"pydantic", "mcp_loop_guard"})))
+"""
+
+
+@pytest.mark.parametrize(
+    ("section", "loaded"),
+    [
+        ({}, "mcp_loop_guard"),
+        ({"loopGuard": {"warnThreshold": 2}}, "mcp_loop_guard"),
+        ({"loopGuard": {"budgets": "search_*=5"}}, "mcp_loop_guard,pydantic"),
+        ({"mcpServers": {"a": {"command": "x", "loopGuard": {"warnThreshold": 2}}}}, "mcp_loop_guard,pydantic"),
+    ],
+)
+def test_a_file_without_overrides_or_budgets_loads_no_pydantic(
+    write: Any, section: dict[str, Any], loaded: str
+) -> None:
+    """Servers and top-level settings are read without pydantic; per-server or per-tool overrides and budgets load
+    it, at their first use."""
+    document = {**servers(a={"command": "x", "args": ["y"]}, b={"url": "http://h/mcp"}), **section}
+    command = [sys.executable, "-c", _LOADED, str(write(document))]
+    done = subprocess.run(command, capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == loaded
