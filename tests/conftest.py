@@ -32,6 +32,7 @@ from tests.harness import (
     fixture_command,
     kill_marked,
     prefork_socket,
+    pypi_server_command,
 )
 from tests.http_harness import Rig
 from tests.redis_harness import RedisServer, running_redis
@@ -124,15 +125,16 @@ def _executable(path: Path, how: str) -> list[str]:
 
 @pytest.fixture(scope="session")
 def time_server() -> list[str]:
-    """The argv of mcp-server-time (PyPI), installed next to this interpreter."""
-    command = _executable(BIN_DIR / "mcp-server-time", "pip install -e '.[test]'")
-    return [*command, "--local-timezone", "UTC"]
+    """The argv of mcp-server-time (PyPI), installed next to this interpreter (started as a fork, see prefork.py)."""
+    _executable(BIN_DIR / "mcp-server-time", "pip install -e '.[test]'")
+    return pypi_server_command("mcp-server-time", "--local-timezone", "UTC")
 
 
 @pytest.fixture(scope="session")
 def git_server() -> list[str]:
-    """The argv of mcp-server-git (PyPI), installed next to this interpreter."""
-    return _executable(BIN_DIR / "mcp-server-git", "pip install -e '.[test]'")
+    """The argv of mcp-server-git (PyPI), installed next to this interpreter (started as a fork, see prefork.py)."""
+    _executable(BIN_DIR / "mcp-server-git", "pip install -e '.[test]'")
+    return pypi_server_command("mcp-server-git")
 
 
 @pytest.fixture(scope="session")

@@ -103,6 +103,14 @@ def fixture_command(name: str, *args: str) -> list[str]:
     return [sys.executable, script, *args]
 
 
+def pypi_server_command(name: str, *args: str) -> list[str]:
+    """The argv of a Python MCP server installed from PyPI next to this interpreter (mcp-server-time, mcp-server-git).
+
+    The server's own console script, run as a fork of the fork server, which imported its package.
+    """
+    return [sys.executable, "-S", str(PREFORK), str(prefork_socket()), str(BIN_DIR / name), *args]
+
+
 def wiretap_command(log: Path, command: Sequence[str]) -> list[str]:
     """The argv that runs command behind a wiretap recording its traffic in log."""
     return [*fixture_command("wiretap", str(log), "--"), *command]

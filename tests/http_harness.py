@@ -38,6 +38,7 @@ from tests.harness import (
     describe,
     exit_status,
     fixture_command,
+    pypi_server_command,
     server_environment,
 )
 
@@ -123,7 +124,13 @@ def write_config(
 
 def time_entry() -> dict[str, Any]:
     """The config entry of mcp-server-time over stdio."""
-    return {"command": str(TIME_BIN), "args": ["--local-timezone", "UTC"]}
+    command, *args = time_command()
+    return {"command": command, "args": args}
+
+
+def time_command() -> list[str]:
+    """The argv of mcp-server-time over stdio, started as a fork of the fork server (see prefork.py)."""
+    return pypi_server_command(TIME_BIN.name, "--local-timezone", "UTC")
 
 
 def everything_stdio_entry() -> dict[str, Any]:

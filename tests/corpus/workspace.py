@@ -12,7 +12,7 @@ import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from tests.harness import BIN_DIR, NODE_DIR, fixture_command
+from tests.harness import BIN_DIR, NODE_DIR, fixture_command, pypi_server_command
 
 WAIT_SCALE = 0.01
 """Real seconds the wait tool sleeps per second asked for while recording (its answers do not depend on it)."""
@@ -236,8 +236,8 @@ def server_spec(name: str, root: Path) -> ServerSpec:
     fixture = fixture_command(f"{name}_server")
     path = f"{BIN_DIR}{os.pathsep}{os.environ.get('PATH', '')}"
     specs = {
-        "git": ServerSpec([str(BIN_DIR / "mcp-server-git"), "--repository", str(root)], GIT_ENV),
-        "time": ServerSpec([str(BIN_DIR / "mcp-server-time"), "--local-timezone", "UTC"]),
+        "git": ServerSpec(pypi_server_command("mcp-server-git", "--repository", str(root)), GIT_ENV),
+        "time": ServerSpec(pypi_server_command("mcp-server-time", "--local-timezone", "UTC")),
         "everything": ServerSpec([str(node_bin / "mcp-server-everything"), "stdio"]),
         "filesystem": ServerSpec([str(node_bin / "mcp-server-filesystem"), str(root)]),
         "jobs": ServerSpec(fixture),

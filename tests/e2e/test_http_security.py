@@ -15,7 +15,6 @@ from mcp.shared.exceptions import MCPError
 from tests.harness import kill_marked, texts
 from tests.http_harness import (
     MCP_POST_HEADERS,
-    TIME_BIN,
     Rig,
     ServerProcess,
     http_client,
@@ -24,13 +23,14 @@ from tests.http_harness import (
     initialize_body,
     jsonrpc_payloads,
     open_http_session,
+    time_command,
     tool_names,
 )
 
 pytestmark = [pytest.mark.e2e, pytest.mark.anyio, pytest.mark.usefixtures("guard_log")]
 
 TOKEN = secrets.token_urlsafe(24)
-TIME_ARGS = ["--", str(TIME_BIN), "--local-timezone", "UTC"]
+TIME_ARGS = ["--", *time_command()]
 
 
 LIMIT = 4096

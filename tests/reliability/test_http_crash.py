@@ -18,7 +18,6 @@ from tests.http_harness import (
     KEY_HEADER,
     MCP_POST_HEADERS,
     MODERN_VERSION,
-    TIME_BIN,
     Rig,
     ServerProcess,
     http_client,
@@ -29,12 +28,13 @@ from tests.http_harness import (
     payload_for,
     payload_verdict,
     raw_call,
+    time_command,
     tool_names,
 )
 
 pytestmark = [pytest.mark.e2e, pytest.mark.anyio]
 
-TIME_ARGS = ["--", str(TIME_BIN), "--local-timezone", "UTC"]
+TIME_ARGS = ["--", *time_command()]
 CONVERT = {"source_timezone": "UTC", "time": "12:00", "target_timezone": "Europe/Paris"}
 """Arguments whose result never changes, so repeating them builds a streak."""
 IDLE_SECONDS = 0.25

@@ -16,7 +16,6 @@ import pytest
 
 from tests.http_harness import (
     KEY_HEADER,
-    TIME_BIN,
     http_get,
     http_post,
     initialize_body,
@@ -24,12 +23,13 @@ from tests.http_harness import (
     payload_for,
     payload_verdict,
     raw_call,
+    time_command,
 )
 from tests.proxy.http_inproc import InProcessGuard, serving_ready
 
 pytestmark = [pytest.mark.e2e, pytest.mark.anyio]
 
-TIME_ARGS = ["--", str(TIME_BIN), "--local-timezone", "UTC"]
+TIME_ARGS = ["--", *time_command()]
 STATELESS_TIME = ["--stateless", *TIME_ARGS]
 CONVERT = {"source_timezone": "UTC", "time": "12:00", "target_timezone": "Europe/Paris"}
 """Arguments whose result never changes, so repeating them builds a streak."""

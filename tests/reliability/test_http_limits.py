@@ -27,7 +27,6 @@ from tests.http_harness import (
     LOCALHOST,
     MCP_POST_HEADERS,
     SESSION_HEADER,
-    TIME_BIN,
     Rig,
     ServerProcess,
     http_client,
@@ -38,6 +37,7 @@ from tests.http_harness import (
     payload_verdict,
     raw_call,
     raw_session,
+    time_command,
     tool_call_body,
 )
 from tests.proxy.http_inproc import InProcessGuard, serving_cli
@@ -47,7 +47,7 @@ pytestmark = [pytest.mark.e2e, pytest.mark.anyio]
 
 ERRORING = ["--", *fixture_command("erroring_server")]
 """An upstream with an ``echo`` (same answer every time, so streaks build) and a ``slow`` tool."""
-TIME_ARGS = ["--", str(TIME_BIN), "--local-timezone", "UTC"]
+TIME_ARGS = ["--", *time_command()]
 SAME = {"text": "same"}
 MB = 1024 * 1024
 
