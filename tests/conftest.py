@@ -29,6 +29,7 @@ from tests.harness import (
     PREFORK_SOCKET_VARIABLE,
     Connector,
     CountingUpstream,
+    everything_command,
     fixture_command,
     kill_marked,
     prefork_socket,
@@ -140,8 +141,8 @@ def git_server() -> list[str]:
 @pytest.fixture(scope="session")
 def everything_server() -> list[str]:
     """The argv of @modelcontextprotocol/server-everything (npm) over stdio."""
-    command = _executable(NODE_DIR / "node_modules" / ".bin" / "mcp-server-everything", "npm ci in tests/node")
-    return [*command, "stdio"]
+    _executable(NODE_DIR / "node_modules" / ".bin" / "mcp-server-everything", "npm ci in tests/node")
+    return everything_command("stdio")
 
 
 @pytest.fixture

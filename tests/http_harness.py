@@ -32,17 +32,16 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from tests.harness import (
     BIN_DIR,
-    NODE_DIR,
     VERDICT_KEY,
     Callbacks,
     describe,
+    everything_command,
     exit_status,
     fixture_command,
     pypi_server_command,
     server_environment,
 )
 
-EVERYTHING_BIN = NODE_DIR / "node_modules" / ".bin" / "mcp-server-everything"
 TIME_BIN = BIN_DIR / "mcp-server-time"
 LOCALHOST = "127.0.0.1"
 KEY_HEADER = "X-Loop-Guard-Key"
@@ -135,7 +134,8 @@ def time_command() -> list[str]:
 
 def everything_stdio_entry() -> dict[str, Any]:
     """The config entry of server-everything over stdio."""
-    return {"command": str(EVERYTHING_BIN), "args": ["stdio"]}
+    command, *args = everything_command("stdio")
+    return {"command": command, "args": args}
 
 
 def everything_http_entry(url: str) -> dict[str, Any]:
@@ -416,7 +416,7 @@ def serve_raw_http(mode: str, *, marker: str, stderr: Path) -> AbstractAsyncCont
 def serve_everything_http(*, marker: str, stderr: Path) -> AbstractAsyncContextManager[ServerProcess]:
     """Runs server-everything in its streamable HTTP mode (port from ``PORT``, endpoint ``/mcp``)."""
     return run_server(
-        lambda port: ([str(EVERYTHING_BIN), "streamableHttp"], {"PORT": str(port)}),
+        lambda port: (everything_command("streamableHttp"), {"PORT": str(port)}),
         marker=marker,
         stderr=stderr,
         ready_path="/mcp",

@@ -12,7 +12,7 @@ import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from tests.harness import BIN_DIR, NODE_DIR, fixture_command, pypi_server_command
+from tests.harness import BIN_DIR, NODE_DIR, everything_command, fixture_command, pypi_server_command
 
 WAIT_SCALE = 0.01
 """Real seconds the wait tool sleeps per second asked for while recording (its answers do not depend on it)."""
@@ -238,7 +238,7 @@ def server_spec(name: str, root: Path) -> ServerSpec:
     specs = {
         "git": ServerSpec(pypi_server_command("mcp-server-git", "--repository", str(root)), GIT_ENV),
         "time": ServerSpec(pypi_server_command("mcp-server-time", "--local-timezone", "UTC")),
-        "everything": ServerSpec([str(node_bin / "mcp-server-everything"), "stdio"]),
+        "everything": ServerSpec(everything_command("stdio")),
         "filesystem": ServerSpec([str(node_bin / "mcp-server-filesystem"), str(root)]),
         "jobs": ServerSpec(fixture),
         "ops": ServerSpec(fixture),

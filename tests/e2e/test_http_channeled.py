@@ -24,11 +24,11 @@ from tests.harness import (
     action,
     counted_calls,
     echo_once_back,
+    everything_command,
     everything_facts,
     texts,
 )
 from tests.http_harness import (
-    EVERYTHING_BIN,
     Rig,
     ServerProcess,
     free_port,
@@ -67,7 +67,7 @@ async def test_a_client_sees_through_the_guard_what_it_sees_over_sse(rig: Rig) -
     """Tools, results, resources, prompts, progress and the server's sampling request, as over SSE directly."""
     direct_user, guarded_user = ClientUser(), ClientUser()
     async with run_server(
-        lambda port: ([str(EVERYTHING_BIN), "sse"], {"PORT": str(port)}),
+        lambda port: (everything_command("sse"), {"PORT": str(port)}),
         marker=rig.marker,
         stderr=rig.log("everything-sse"),
         accept=None,

@@ -34,6 +34,7 @@ from tests.harness import (
     Inbox,
     action,
     counted_calls,
+    everything_command,
     everything_facts,
     fixture_command,
     read_json_lines,
@@ -42,7 +43,6 @@ from tests.harness import (
     wiretap_command,
 )
 from tests.http_harness import (
-    EVERYTHING_BIN,
     MODERN_VERSION,
     Rig,
     ServerProcess,
@@ -60,7 +60,7 @@ from tests.proxy.http_inproc import InProcessGuard, serving_cli
 
 pytestmark = [pytest.mark.e2e, pytest.mark.anyio]
 
-EVERYTHING_ARGS = ["--", str(EVERYTHING_BIN), "stdio"]
+EVERYTHING_ARGS = ["--", *everything_command("stdio")]
 EVENTS_JSON = {"accept": "application/json, text/event-stream", "content-type": "application/json"}
 
 
@@ -303,7 +303,7 @@ async def test_a_2026_client_is_served_on_the_same_child(rig: Rig) -> None:
         with anyio.fail_after(20):
             modern_echo = await modern.call_tool("echo", {"message": "modern"})
             legacy_echo = await legacy.session.call_tool("echo", {"message": "legacy"})
-        servers = _upstream_processes(guard, "mcp-server-everything")
+        servers = _upstream_processes(guard, "server-everything")
         version = modern.protocol_version
     assert version == MODERN_VERSION
     assert texts(modern_echo) == ["Echo: modern"]

@@ -7,9 +7,8 @@ import httpx2
 import pytest
 from mcp.shared.exceptions import MCPError
 
-from tests.harness import MARKER, action, texts
+from tests.harness import MARKER, action, everything_command, texts
 from tests.http_harness import (
-    EVERYTHING_BIN,
     HANDSHAKE_VERSION,
     KEY_HEADER,
     HttpSession,
@@ -25,7 +24,7 @@ from tests.proxy.http_inproc import InProcessGuard, serving_ready
 pytestmark = [pytest.mark.e2e, pytest.mark.anyio]
 
 RESET_AFTER_SECONDS = 2
-EVERYTHING_ARGS = ["--stateless", "--", str(EVERYTHING_BIN), "stdio"]
+EVERYTHING_ARGS = ["--stateless", "--", *everything_command("stdio")]
 ECHO = {"message": "again"}
 
 

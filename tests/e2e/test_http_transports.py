@@ -12,9 +12,8 @@ from mcp import Client, types
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
 
-from tests.harness import MARKER, action, texts
+from tests.harness import MARKER, action, everything_command, texts
 from tests.http_harness import (
-    EVERYTHING_BIN,
     HANDSHAKE_VERSION,
     KEY_HEADER,
     MODERN_VERSION,
@@ -29,7 +28,7 @@ from tests.proxy.http_inproc import InProcessGuard, serving_ready
 
 pytestmark = [pytest.mark.e2e, pytest.mark.anyio]
 
-EVERYTHING_ARGS = ["--", str(EVERYTHING_BIN), "stdio"]
+EVERYTHING_ARGS = ["--", *everything_command("stdio")]
 ECHO = {"message": "again"}
 RESET_AFTER_SECONDS = 2
 

@@ -25,6 +25,7 @@ from tests.harness import (
     action,
     counted_calls,
     echo_once_back,
+    everything_command,
     everything_facts,
     facts_through_guard,
     guard_command,
@@ -32,7 +33,7 @@ from tests.harness import (
     server_environment,
     texts,
 )
-from tests.http_harness import EVERYTHING_BIN, Rig, ServerProcess, free_port, open_sse_session, poll, run_server
+from tests.http_harness import Rig, ServerProcess, free_port, open_sse_session, poll, run_server
 from tests.proxy.http_inproc import serving_counting
 
 pytestmark = [pytest.mark.anyio, pytest.mark.e2e]
@@ -41,7 +42,7 @@ Launch = Callable[[int], tuple[list[str], dict[str, str]]]
 
 
 def _everything(port: int) -> tuple[list[str], dict[str, str]]:
-    return [str(EVERYTHING_BIN), "sse"], {"PORT": str(port)}
+    return everything_command("sse"), {"PORT": str(port)}
 
 
 def _serve(rig: Rig, launch: Launch, label: str) -> AbstractAsyncContextManager[ServerProcess]:

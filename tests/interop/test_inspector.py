@@ -133,7 +133,7 @@ async def test_tools_listed_over_http_as_without_guard(
     inspector: Inspector, everything_server: list[str], processes: Processes
 ) -> None:
     """Over streamable HTTP the Inspector lists, through the guard, exactly the tools the HTTP server lists it."""
-    everything_http = [everything_server[0], "streamableHttp"]
+    everything_http = [*everything_server[:-1], "streamableHttp"]
     async with processes.serve(
         "everything-http",
         lambda port: everything_http,
