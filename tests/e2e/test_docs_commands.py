@@ -1,17 +1,18 @@
 """Every command the docs show is run: the fenced sh, bash and console blocks of README.md, CONTRIBUTING.md and
 docs/*.md, each block in a sandbox of its own.
 
-The sandbox: a temporary home with its XDG folders (client configs are seeded there for
-``wrap --client``), a working directory holding the repository's files (``docs/`` and
-``configs/`` copied, so a command may write there; the rest linked), this virtualenv first on
-``PATH`` and as ``.venv``. A block's commands run in order, each through bash with its input
-closed and a time limit, and must exit 0. A serving guard is started and stopped once ready:
-over stdio with its input closed (exit 0), over HTTP on a free port (the port the docs show
-is mapped to it in the block's later commands) until ``/readyz`` answers 200, then SIGTERM at
-the end of the block (exit 0 or 143). In console blocks each output line shown (``…`` for any
-text, ``...`` for lines left out) must be a line of what the command printed. A block marked
-``<!-- not run: REASON -->`` just above is left out, with its reason; any other block runs.
-"""
+The sandbox: a temporary home with its XDG folders (client configs are seeded there for ``wrap
+--client``), a working directory holding the repository's files (``docs/`` and ``configs/``
+copied, so a command may write there; the rest linked), this virtualenv first on ``PATH`` and
+as ``.venv`` (before it only ``mcp-server-time`` and ``mcp-server-git``, which run as forks of
+the test's fork server, as everywhere in the tests). A block's commands run in order, each
+through bash with its input closed and a time limit, and must exit 0. A serving guard is
+started and stopped once ready: over stdio with its input closed (exit 0), over HTTP on a free
+port (the port the docs show is mapped to it in the block's later commands) until ``/readyz``
+answers 200, then SIGTERM at the end of the block (exit 0 or 143). In console blocks each
+output line shown (``…`` for any text, ``...`` for lines left out) must be a line of what the
+command printed. A block marked ``<!-- not run: REASON -->`` just above is left out, with its
+reason; any other block runs."""
 
 from __future__ import annotations
 
@@ -32,7 +33,7 @@ import pytest
 
 from mcp_loop_guard.wrap.clients import CLIENTS, paths
 from tests.docs_text import SHELL_LANGUAGES, Block, blocks, docs_files
-from tests.harness import MARKER_ENV, REPO_ROOT
+from tests.harness import MARKER_ENV, REPO_ROOT, pypi_server_command
 from tests.http_harness import LOCALHOST, free_port, wait_answering
 
 pytestmark = [pytest.mark.e2e, pytest.mark.anyio]
@@ -48,6 +49,8 @@ COPIED = frozenset({"docs", "configs"})
 DOCS_PORT = "8080"
 """The port the docs show; a serving guard's real port stands in for it."""
 ELIDED = frozenset({"...", "…"})
+PYPI_SERVERS = ("mcp-server-time", "mcp-server-git")
+"""Servers the docs' commands start: each runs as the tests run it, a fork of the fork server (see prefork.py)."""
 
 SEED_JSON = """{
   "mcpServers": {
@@ -143,6 +146,12 @@ def _sandbox(root: Path, marker: str) -> Sandbox:
         else:
             (work / entry.name).symlink_to(entry)
     (work / ".venv").symlink_to(Path(sys.prefix))
+    shims = root / "bin"
+    shims.mkdir()
+    for server in PYPI_SERVERS:
+        shim = shims / server
+        shim.write_text(f'#!/bin/sh\nexec {shlex.join(pypi_server_command(server))} "$@"\n', encoding="utf-8")
+        shim.chmod(0o755)
     folders = {
         "XDG_CONFIG_HOME": home / ".config",
         "XDG_STATE_HOME": home / ".local" / "state",
@@ -157,7 +166,7 @@ def _sandbox(root: Path, marker: str) -> Sandbox:
     env |= {name: str(folder) for name, folder in folders.items()}
     env |= {
         "HOME": str(home),
-        "PATH": os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")]),
+        "PATH": os.pathsep.join([str(shims), str(Path(sys.executable).parent), env.get("PATH", "")]),
         "COLUMNS": "120",
         "PYTHONUNBUFFERED": "1",
         MARKER_ENV: marker,
