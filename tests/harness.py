@@ -95,10 +95,14 @@ def prefork_socket() -> Path:
     return Path(directory if len(directory) < 60 else "/tmp") / f"mcp-loop-guard-prefork-{os.getpid()}.sock"  # noqa: S108
 
 
-def fixture_command(name: str, *args: str) -> list[str]:
-    """The argv of one of our own fixture servers in tests/fixtures."""
+def fixture_command(name: str, *args: str, fork: bool = True) -> list[str]:
+    """The argv of one of our own fixture servers in tests/fixtures.
+
+    ``fork=False``: the server's own process, for a test that signals it where a stand-in
+    cannot pass the signal on (SIGSTOP).
+    """
     script = str(FIXTURES_DIR / f"{name}.py")
-    if name in PREFORKED:
+    if fork and name in PREFORKED:
         return [sys.executable, "-S", str(PREFORK), str(prefork_socket()), script, *args]
     return [sys.executable, script, *args]
 

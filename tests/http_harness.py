@@ -692,18 +692,18 @@ class Rig:
         return serve_everything_http(marker=self.marker, stderr=self.log("everything-http"))
 
     def counting_http(
-        self, log: Path, *args: str, port: int | None = None
+        self, log: Path, *args: str, port: int | None = None, fork: bool = True
     ) -> AbstractAsyncContextManager[ServerProcess]:
         """The counting fixture over streamable HTTP, recording each tools/call it receives in ``log``.
 
         ``args``: e.g. ``--stateless``, a server that opens no sessions (ready once its port takes
         connections: its ``GET /mcp`` would open an event stream that never ends). ``port``: a
-        fixed port (a server started where the guard expects one).
+        fixed port (a server started where the guard expects one). ``fork``: see ``fixture_command``.
         """
         stateless = "--stateless" in args
         return run_server(
             lambda port_: (
-                fixture_command("counting_server", "--http", str(port_), *args),
+                fixture_command("counting_server", "--http", str(port_), *args, fork=fork),
                 {"COUNTING_SERVER_LOG": str(log)},
             ),
             marker=self.marker,

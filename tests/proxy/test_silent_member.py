@@ -43,7 +43,7 @@ async def test_a_hung_member_holds_no_new_session_up(rig: Rig, tmp_path: Path) -
     """A server that hangs (stopped) while the guard serves: its probe marks it down, and a new session
     neither tells it the handshake's end nor waits for it (before, the session's first list waited 10 s)."""
     parity = fixture_stdio("a", "parity_server", "a")
-    async with rig.counting_http(tmp_path / "calls.jsonl") as counting:
+    async with rig.counting_http(tmp_path / "calls.jsonl", fork=False) as counting:  # stopped below
         member = HttpServer("c", counting.mcp_url)
         async with serving_guard([parity, member], health_interval_seconds=0.5) as guard:
             readyz = guard.url.removesuffix("/mcp") + "/readyz"
