@@ -45,6 +45,9 @@ NODE = NODE_BIN_DIR / "node"
 SUITE_PACKAGE = NODE_MODULES / "@modelcontextprotocol" / "conformance"
 SUITE_ENTRY = SUITE_PACKAGE / "dist" / "index.js"
 FIXTURE_SERVER = CONFORMANCE_DIR / "fixture_server.py"
+PREFORK = CONFORMANCE_DIR.parent / "fixtures" / "prefork.py"
+PREFORK_SOCKET_VARIABLE = "MCP_LOOP_GUARD_TESTS_PREFORK"
+"""Set under pytest: the fork server of the test process, which has the SDK imported (see prefork.py)."""
 INSTALL_COMMAND = "npm ci --prefix tests/conformance"
 
 Suite = Literal["all", "active", "pending"]
@@ -294,8 +297,14 @@ def wait_for_port(host: str, port: int, process: subprocess.Popen[bytes], timeou
 
 
 def fixture_command(transport: Literal["stdio", "http"], port: int | None = None, host: str | None = None) -> list[str]:
-    """The argv of the fixture server, run with this interpreter (port and host for http)."""
-    command = [sys.executable, str(FIXTURE_SERVER), "--transport", transport]
+    """The argv of the fixture server, run with this interpreter (port and host for http).
+
+    Under pytest, a fork of the test process's fork server, which imported the SDK: the same
+    server on the same descriptors, without a second of CPU to import it.
+    """
+    fork_server = os.environ.get(PREFORK_SOCKET_VARIABLE)
+    forked = [sys.executable, "-S", str(PREFORK), fork_server] if fork_server else [sys.executable]
+    command = [*forked, str(FIXTURE_SERVER), "--transport", transport]
     if port is not None:
         command += ["--port", str(port)]
     if host is not None:
