@@ -72,25 +72,30 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
 @pytest.fixture(scope="session", autouse=True)
 def prefork_server() -> Iterator[None]:
-    """This test process's fork server: our SDK-based fixture servers start as its forks (tests/fixtures/prefork.py).
+    """This test process's fork servers: our SDK fixture servers and the guards start as forks (see prefork.py).
 
-    Importing the SDK costs each fixture server about a second of CPU; a fork of a process
-    that did it once costs milliseconds, and the suite starts a few hundred of them.
+    Importing the SDK costs each fixture server about a second of CPU, and the guard's imports
+    0.3-0.5 s; a fork of a process that did it once costs milliseconds, and the suite starts a
+    few hundred of each.
     """
     os.environ.pop(PREFORK_SOCKET_VARIABLE, None)  # this process's own, not one a process above it runs
-    path = prefork_socket()
-    path.unlink(missing_ok=True)
-    os.environ[PREFORK_SOCKET_VARIABLE] = str(path)  # for the processes a test starts that start fixture servers
-    process = subprocess.Popen(
-        [sys.executable, str(PREFORK), "serve", str(path)], stdin=subprocess.PIPE, stdout=subprocess.PIPE
-    )
-    assert process.stdout is not None
-    assert process.stdin is not None
-    if process.stdout.readline() != b"ready\n":  # the servers then start as they are, only slower
-        print("the fork server of the fixture servers did not start; they start as they are", file=sys.stderr)
+    os.environ[PREFORK_SOCKET_VARIABLE] = str(prefork_socket())  # for the processes a test starts that start servers
+    servers = []
+    for kind in ("servers", "guard"):
+        path = prefork_socket(kind)
+        path.unlink(missing_ok=True)
+        command = [sys.executable, str(PREFORK), "serve", str(path), kind]
+        servers.append(subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE))
+    for process in servers:
+        assert process.stdout is not None
+        if process.stdout.readline() != b"ready\n":  # the commands then run as they are, only slower
+            print(f"a fork server did not start ({process.args}); its commands run as they are", file=sys.stderr)
     yield
-    process.stdin.close()
-    process.wait(timeout=10)
+    for process in servers:
+        assert process.stdin is not None
+        process.stdin.close()
+    for process in servers:
+        process.wait(timeout=10)
 
 
 @pytest.fixture

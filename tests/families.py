@@ -13,7 +13,6 @@ was sent, whatever the server.
 from __future__ import annotations
 
 import json
-import sys
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -25,7 +24,16 @@ import pytest
 from mcp import ClientSession, types
 from mcp.shared.exceptions import MCPError
 
-from tests.harness import MARKER, fixture_command, guard_notes, read_json_lines, server_environment, tapped, verdict
+from tests.harness import (
+    MARKER,
+    fixture_command,
+    guard_argv,
+    guard_notes,
+    read_json_lines,
+    server_environment,
+    tapped,
+    verdict,
+)
 
 LogForm = Literal["fingerprints", "contents"]
 LOG_FORMS: tuple[LogForm, ...] = ("fingerprints", "contents")
@@ -523,7 +531,7 @@ class Replayed:
 
 async def replay(log: Path, settings: Mapping[str, str], *, config: Path | None, directory: Path) -> Replayed:
     """``python -m mcp_loop_guard replay --json [--config F] LOG``, with the settings in its environment."""
-    argv = [sys.executable, "-m", "mcp_loop_guard", "replay", "--json", *(["--config", str(config)] if config else [])]
+    argv = [*guard_argv(), "replay", "--json", *(["--config", str(config)] if config else [])]
     with anyio.fail_after(60):
         done = await anyio.run_process(
             [*argv, str(log)], env=server_environment("replay", settings), cwd=directory, check=False

@@ -53,9 +53,21 @@ Mode = Literal["direct", "guarded"]
 T = TypeVar("T")
 
 
-def guard_command(command: Sequence[str], guard_args: Sequence[str] = ()) -> list[str]:
-    """The argv that runs command as the upstream of the guard."""
-    return [sys.executable, "-m", "mcp_loop_guard", *guard_args, "--", *command]
+def guard_command(command: Sequence[str], guard_args: Sequence[str] = (), *, fork: bool = True) -> list[str]:
+    """The argv that runs command as the upstream of the guard (see ``guard_argv``)."""
+    return [*guard_argv(fork=fork), *guard_args, "--", *command]
+
+
+def guard_argv(*, fork: bool = True) -> list[str]:
+    """``python -m mcp_loop_guard``, run as a fork of the guard's fork server (see prefork.py) unless ``fork=False``.
+
+    A forked guard is the same code on the same pipes, started without the 0.3-0.5 s of CPU
+    of its imports; a test that inspects the guard's process finds it with ``command_process``,
+    and one about the guard's start-up (imports, interpreter) runs it as itself.
+    """
+    if not fork:
+        return [sys.executable, "-m", "mcp_loop_guard"]
+    return [sys.executable, "-S", str(PREFORK), str(prefork_socket("guard")), "-m", "mcp_loop_guard"]
 
 
 PREFORK = FIXTURES_DIR / "prefork.py"
@@ -81,8 +93,8 @@ PREFORK_SOCKET_VARIABLE = "MCP_LOOP_GUARD_TESTS_PREFORK"
 """Names the fork server of the test process a command runs under (the corpus recorder's servers use it)."""
 
 
-def prefork_socket() -> Path:
-    """Where this test process's fork server listens, if it runs (its clients run the server themselves if not).
+def prefork_socket(kind: Literal["servers", "guard"] = "servers") -> Path:
+    """Where this test process's fork server of ``kind`` listens, if it runs (its clients run their script if not).
 
     In the temporary directory unless its path is too long for a Unix socket (108 bytes). A
     process the test started (``python -m tests.corpus.record``) uses its test process's, which
@@ -90,9 +102,24 @@ def prefork_socket() -> Path:
     """
     given = os.environ.get(PREFORK_SOCKET_VARIABLE)
     if given:
-        return Path(given)
-    directory = tempfile.gettempdir()
-    return Path(directory if len(directory) < 60 else "/tmp") / f"mcp-loop-guard-prefork-{os.getpid()}.sock"  # noqa: S108
+        servers = Path(given)
+    else:
+        directory = tempfile.gettempdir()
+        servers = Path(directory if len(directory) < 60 else "/tmp") / f"mcp-loop-guard-prefork-{os.getpid()}.sock"  # noqa: S108
+    return servers if kind == "servers" else servers.with_name(servers.name.replace(".sock", "-guard.sock"))
+
+
+def forked_pid(pid: int) -> int | None:
+    """The fork that runs the command started as ``pid``, where a fork server runs it (see prefork.py)."""
+    for kind in ("guard", "servers"):
+        with suppress(FileNotFoundError, ValueError):
+            return int((Path(f"{prefork_socket(kind)}.pids") / str(pid)).read_text())
+    return None
+
+
+def command_process(pid: int) -> psutil.Process:
+    """The process that runs the command started as ``pid``: its fork where a fork server runs it, else itself."""
+    return psutil.Process(forked_pid(pid) or pid)
 
 
 def fixture_command(name: str, *args: str, fork: bool = True) -> list[str]:
@@ -216,14 +243,18 @@ async def eventually(condition: Callable[[], bool], interval: float = 0.05) -> N
 
 
 def marked_processes(marker: str) -> list[psutil.Process]:
-    """Live processes whose environment carries the given marker token (zombies are dead)."""
+    """Live processes whose environment carries the given marker token (zombies are dead).
+
+    A command run by a fork server counts as its fork: the fork's environment is set in its
+    memory, not in what /proc shows, and its stand-in ends with it.
+    """
     found: list[psutil.Process] = []
     for process in psutil.process_iter():
         with suppress(psutil.Error):
             if process.pid == os.getpid() or process.status() == psutil.STATUS_ZOMBIE:
                 continue
             if process.environ().get(MARKER_ENV) == marker:
-                found.append(process)
+                found.append(command_process(process.pid))
     return found
 
 
@@ -459,7 +490,7 @@ class GuardProcess:
 
     def upstream(self) -> psutil.Process:
         """The guard's upstream server process (its only direct child)."""
-        children = psutil.Process(self.process.pid).children()
+        children = command_process(self.process.pid).children()
         assert len(children) == 1, describe(children)
         return children[0]
 

@@ -34,10 +34,12 @@ from tests.harness import (
     BIN_DIR,
     VERDICT_KEY,
     Callbacks,
+    command_process,
     describe,
     everything_command,
     exit_status,
     fixture_command,
+    guard_argv,
     pypi_server_command,
     server_environment,
 )
@@ -176,7 +178,7 @@ class ServerProcess:
     def descendants(self) -> list[psutil.Process]:
         """Every live process below this one (zombies are dead)."""
         try:
-            found = psutil.Process(self.process.pid).children(recursive=True)
+            found = command_process(self.process.pid).children(recursive=True)
         except psutil.NoSuchProcess:
             return []
         return [child for child in found if running(child)]
@@ -187,11 +189,11 @@ class ServerProcess:
 
     def rss(self) -> int:
         """Resident memory of the server process itself, in bytes."""
-        return int(psutil.Process(self.process.pid).memory_info().rss)
+        return int(command_process(self.process.pid).memory_info().rss)
 
     def client_connections(self) -> int:
         """Client connections the server holds open on its port."""
-        connections = psutil.Process(self.process.pid).net_connections(kind="tcp")
+        connections = command_process(self.process.pid).net_connections(kind="tcp")
         return sum(1 for c in connections if c.status == psutil.CONN_ESTABLISHED and c.laddr.port == self.port)
 
     def signal(self, signum: signal.Signals) -> None:
@@ -371,10 +373,9 @@ async def run_server(
         return
 
 
-def guard_http_argv(port: int, args: Sequence[str], transport: Transport = "http") -> list[str]:
-    """``python -m mcp_loop_guard --transport T --host 127.0.0.1 --port P *args``."""
-    base = [sys.executable, "-m", "mcp_loop_guard", "--transport", transport, "--host", LOCALHOST, "--port", str(port)]
-    return [*base, *args]
+def guard_http_argv(port: int, args: Sequence[str], transport: Transport = "http", *, fork: bool = True) -> list[str]:
+    """``python -m mcp_loop_guard --transport T --host 127.0.0.1 --port P *args`` (a fork: see ``guard_argv``)."""
+    return [*guard_argv(fork=fork), "--transport", transport, "--host", LOCALHOST, "--port", str(port), *args]
 
 
 def serve_guard(
@@ -386,15 +387,17 @@ def serve_guard(
     transport: Transport = "http",
     nofile: int | None = None,
     start_limit: float = START_LIMIT,
+    fork: bool = True,
 ) -> AbstractAsyncContextManager[ServerProcess]:
     """Runs the guard over HTTP in front of the given upstreams (``--config F``, ``-- CMD ...``).
 
     ``nofile`` lowers its limit of open files (``RLIMIT_NOFILE``) to that many; ``start_limit``
-    is how long it may take to answer ``/healthz``.
+    is how long it may take to answer ``/healthz``; ``fork=False`` starts it as a process of its
+    own (see ``guard_argv``).
     """
 
     def launch(port: int) -> tuple[Sequence[str], Mapping[str, str]]:
-        argv = guard_http_argv(port, args, transport)
+        argv = guard_http_argv(port, args, transport, fork=fork)
         if nofile is not None:
             argv = [*fixture_command("with_nofile", str(nofile), "--"), *argv]
         return argv, dict(env or {})
@@ -667,8 +670,9 @@ class Rig:
         transport: Transport = "http",
         nofile: int | None = None,
         start_limit: float = START_LIMIT,
+        fork: bool = True,
     ) -> AbstractAsyncContextManager[ServerProcess]:
-        """The guard serving HTTP (or SSE) in front of the upstreams args name."""
+        """The guard serving HTTP (or SSE) in front of the upstreams args name (``fork``: see ``guard_argv``)."""
         return serve_guard(
             args,
             marker=self.marker,
@@ -677,6 +681,7 @@ class Rig:
             transport=transport,
             nofile=nofile,
             start_limit=start_limit,
+            fork=fork,
         )
 
     def raw_http(self, mode: str) -> AbstractAsyncContextManager[ServerProcess]:

@@ -24,16 +24,17 @@ from tests.harness import PREFORK, REAL_STATE, CountingUpstream, stored
 
 
 def test_processes_started_for_the_whole_run_get_its_own_state_home() -> None:
-    """The fork server, started once before any test's fixtures, has a temporary XDG_STATE_HOME and no LOOP_GUARD_*."""
+    """The fork servers, started before any test's fixtures, have a temporary XDG_STATE_HOME and no LOOP_GUARD_*."""
     servers = [
         child for child in psutil.Process().children() if str(PREFORK) in child.cmdline() and "serve" in child.cmdline()
     ]
-    assert len(servers) == 1, servers
-    environment = servers[0].environ()
-    state = Path(environment.get("XDG_STATE_HOME", Path.home() / ".local" / "state"))
-    assert state.is_relative_to(tempfile.gettempdir()), state
-    assert not state.is_relative_to(REAL_STATE.parent)
-    assert [name for name in environment if name.startswith("LOOP_GUARD_")] == []
+    assert sorted(server.cmdline()[-1] for server in servers) == ["guard", "servers"], servers
+    for server in servers:
+        environment = server.environ()
+        state = Path(environment.get("XDG_STATE_HOME", Path.home() / ".local" / "state"))
+        assert state.is_relative_to(tempfile.gettempdir()), state
+        assert not state.is_relative_to(REAL_STATE.parent)
+        assert [name for name in environment if name.startswith("LOOP_GUARD_")] == []
 
 
 @pytest.mark.e2e

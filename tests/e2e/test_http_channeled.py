@@ -15,13 +15,13 @@ from contextlib import AbstractAsyncContextManager, AsyncExitStack
 from pathlib import Path
 
 import anyio
-import psutil
 import pytest
 
 from tests.harness import (
     ClientUser,
     Inbox,
     action,
+    command_process,
     counted_calls,
     echo_once_back,
     everything_command,
@@ -59,7 +59,7 @@ def _guard_in_front(
 
 def _connections_to(guard: ServerProcess, server: ServerProcess | InProcessServer) -> int:
     """The guard's open TCP connections to the server's port."""
-    connections = psutil.Process(guard.process.pid).net_connections(kind="tcp")
+    connections = command_process(guard.process.pid).net_connections(kind="tcp")
     return sum(1 for c in connections if c.raddr and c.raddr.port == server.port and c.status == "ESTABLISHED")
 
 

@@ -20,7 +20,6 @@ from typing import Any
 
 import anyio
 import httpx2
-import psutil
 import pytest
 from mcp import Client, types
 from mcp.client.streamable_http import streamable_http_client
@@ -33,6 +32,7 @@ from tests.harness import (
     Connector,
     Inbox,
     action,
+    command_process,
     counted_calls,
     everything_command,
     everything_facts,
@@ -224,16 +224,19 @@ async def test_a_child_that_dies_is_started_again_for_the_sessions(rig: Rig, tmp
 async def test_the_child_starts_before_the_guard_loads_its_http_stack_and_is_the_one_served(
     rig: Rig, tmp_path: Path
 ) -> None:
-    """``-- COMMAND`` over HTTP: the child starts while the guard loads (not after), and no second one is started."""
+    """``-- COMMAND`` over HTTP: the child starts while the guard loads (not after), and no second one is started.
+
+    The guard starts as a process of its own: a fork has its HTTP stack loaded already.
+    """
     log = tmp_path / "lifecycle.jsonl"
     command = ["--", *fixture_command("lifecycle_server")]
-    async with rig.guard(command, env={"LINE_SERVER_LOG": str(log)}) as guard:
+    async with rig.guard(command, env={"LINE_SERVER_LOG": str(log)}, fork=False) as guard:
         ready = time.time()
         async with open_http_session(guard.mcp_url) as client:
             with anyio.fail_after(20):
                 await client.session.list_tools()
         (child,) = _upstream_processes(guard, "lifecycle_server")
-        started, spawned = psutil.Process(guard.process.pid).create_time(), child.create_time()
+        started, spawned = command_process(guard.process.pid).create_time(), child.create_time()
     starts = [entry for entry in read_json_lines(log) if entry.get("event") == "start"]
     assert [entry["ppid"] for entry in starts] == [guard.process.pid], "one child, the guard's own"
     # Loading the HTTP stack takes most of the time to readiness, and the child starts before it: in the

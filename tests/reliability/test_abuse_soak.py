@@ -39,7 +39,7 @@ import httpx2
 import psutil
 import pytest
 
-from tests.harness import MARKER, VERDICT_KEY, fixture_command
+from tests.harness import MARKER, VERDICT_KEY, command_process, fixture_command
 from tests.http_harness import (
     KEY_HEADER,
     LOCALHOST,
@@ -348,7 +348,7 @@ async def hostile_clients(targets: list[Target], figures: Figures, until: float)
 def upstream_of(target: Target) -> psutil.Process | None:
     """The guard's counting-server child, found under its pid."""
     with suppress(psutil.Error):
-        for child in psutil.Process(target.server.process.pid).children(recursive=True):
+        for child in command_process(target.server.process.pid).children(recursive=True):
             with suppress(psutil.Error):
                 if any("counting_server.py" in part for part in child.cmdline()):
                     return child
@@ -396,7 +396,7 @@ async def sample_rss(targets: list[Target], figures: Figures, started: float, un
     while anyio.current_time() < until:
         for target in targets:
             with suppress(psutil.Error):
-                rss = psutil.Process(target.server.process.pid).memory_info().rss
+                rss = command_process(target.server.process.pid).memory_info().rss
                 figures.rss.setdefault(target.name, []).append((anyio.current_time() - started, rss))
         await anyio.sleep(interval)
 

@@ -18,6 +18,7 @@ import pytest
 
 from tests.harness import (
     FIXTURES_DIR,
+    command_process,
     describe,
     eventually,
     fixture_command,
@@ -152,7 +153,7 @@ async def test_several_upstreams_are_gone_before_the_guard_by_eof_or_the_signal_
     config = tmp_path / "mcp.json"
     config.write_text(json.dumps({"mcpServers": servers}), encoding="utf-8")
     async with raw_guard([], guard_args=["--config", str(config)]) as guard:
-        upstreams = [child for child in psutil.Process(guard.process.pid).children() if child.is_running()]
+        upstreams = [child for child in command_process(guard.process.pid).children() if child.is_running()]
         await _stop(guard, how)
         status = await guard.wait_exit(within=5)
         left = [process for process in upstreams if process.is_running() and process.status() != psutil.STATUS_ZOMBIE]

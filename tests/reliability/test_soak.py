@@ -22,10 +22,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import anyio
-import psutil
 import pytest
 
-from tests.harness import CountingUpstream
+from tests.harness import CountingUpstream, command_process
 from tests.reliability.wire import RawConnector, RawGuard, result_texts
 
 pytestmark = [pytest.mark.e2e, pytest.mark.anyio]
@@ -57,7 +56,7 @@ class Record:
     samples: list[Usage] = field(default_factory=list)
 
     def take(self, guard: RawGuard, calls: int) -> Usage:
-        process = psutil.Process(guard.process.pid)
+        process = command_process(guard.process.pid)
         usage = Usage(calls, process.memory_info().rss, process.num_fds())
         self.samples.append(usage)
         return usage

@@ -12,11 +12,10 @@ from pathlib import Path
 from typing import Any
 
 import anyio
-import psutil
 import pytest
 
 from mcp_loop_guard.redaction import program_name
-from tests.harness import MARKER, fixture_command
+from tests.harness import MARKER, command_process, fixture_command
 from tests.reliability.wire import RawConnector, RawGuard, is_response, result_texts
 
 pytestmark = [pytest.mark.e2e, pytest.mark.anyio]
@@ -137,9 +136,9 @@ async def test_an_oversized_answer_streams_by_without_being_held(raw_guard: RawC
     async with raw_guard(GARBAGE, env={"LOOP_GUARD_MAX_MESSAGE_BYTES": str(LIMIT)}) as guard:
         with anyio.fail_after(10):
             await guard.assert_serving()
-        before = peak_rss(guard.process.pid)
+        before = peak_rss(command_process(guard.process.pid).pid)
         answers = await _oversized(guard, 64 * 1024 * 1024)
-        after = peak_rss(guard.process.pid)
+        after = peak_rss(command_process(guard.process.pid).pid)
     assert all(_is_guard_error(answer) for answer in answers.values()), answers
     # Holding one would have taken at least 64 MiB.
     assert after - before < 16 * 1024 * 1024, f"peak RSS grew by {(after - before) / 2**20:.1f} MiB"
@@ -169,10 +168,10 @@ async def test_the_pipe_to_the_client_grows_to_a_megabyte_for_a_large_result(raw
     async with raw_guard(GARBAGE) as guard:
         with anyio.fail_after(10):
             await guard.assert_serving()
-        before = _write_pipe_sizes(guard.process.pid)
+        before = _write_pipe_sizes(command_process(guard.process.pid).pid)
         with anyio.fail_after(30):
             answer = await guard.call_tool("huge", {"size": 256 * 1024})
-        after = _write_pipe_sizes(guard.process.pid)
+        after = _write_pipe_sizes(command_process(guard.process.pid).pid)
     assert result_texts(answer) == ["x" * 256 * 1024]
     assert before == {64 * 1024, 1 << 20}, "the client's pipe as it came, the upstream's enlarged at its start"
     assert after == {1 << 20}
@@ -207,7 +206,7 @@ async def test_notification_flood_is_relayed_and_the_guard_stays_responsive(raw_
         after = await _ping_time(guard)
         with anyio.fail_after(10):
             await guard.assert_serving()
-        rss = psutil.Process(guard.process.pid).memory_info().rss
+        rss = command_process(guard.process.pid).memory_info().rss
         log = guard.guard_lines()
 
     numbers = [message["params"]["data"]["n"] for message in guard.messages if message.get("method")]

@@ -21,7 +21,7 @@ import anyio
 import anyio.abc
 import psutil
 
-from tests.harness import describe, exit_status, read_json_lines, spawn_guard
+from tests.harness import command_process, describe, exit_status, read_json_lines, spawn_guard
 
 PROTOCOL_VERSION = "2025-11-25"
 """The handshake-era protocol version the raw client asks for."""
@@ -208,7 +208,7 @@ class RawGuard:
     def family(self) -> list[psutil.Process]:
         """The guard and every live process below it."""
         try:
-            root = psutil.Process(self.process.pid)
+            root = command_process(self.process.pid)
             found = [root, *root.children(recursive=True)]
         except psutil.NoSuchProcess:
             return []
@@ -216,7 +216,7 @@ class RawGuard:
 
     def upstream(self) -> psutil.Process:
         """The guard's upstream process (its only direct child)."""
-        children = [child for child in psutil.Process(self.process.pid).children() if _alive(child)]
+        children = [child for child in command_process(self.process.pid).children() if _alive(child)]
         assert len(children) == 1, describe(children)
         return children[0]
 

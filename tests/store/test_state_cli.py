@@ -8,7 +8,6 @@ so they share one agent key; the state file is the default one under the test's 
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +17,7 @@ from mcp import types
 
 from mcp_loop_guard.core.state import State
 from mcp_loop_guard.store import SqliteStore
-from tests.harness import ABORT_EXIT_CODE, Connector, CountingUpstream, action, texts
+from tests.harness import ABORT_EXIT_CODE, Connector, CountingUpstream, action, guard_argv, texts
 from tests.http_harness import free_port
 
 pytestmark = [pytest.mark.e2e, pytest.mark.anyio]
@@ -30,7 +29,7 @@ PRIVATE_TEXT = "argument-value-4417"
 async def state_command(*args: str) -> tuple[int, str, str]:
     """``python -m mcp_loop_guard state ARGS``: exit code, stdout, stderr (the test's XDG_STATE_HOME applies)."""
     with anyio.fail_after(30):
-        done = await anyio.run_process([sys.executable, "-m", "mcp_loop_guard", "state", *args], check=False)
+        done = await anyio.run_process([*guard_argv(), "state", *args], check=False)
     return done.returncode, done.stdout.decode(), done.stderr.decode()
 
 
