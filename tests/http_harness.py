@@ -207,6 +207,16 @@ class ServerProcess:
             with suppress(ProcessLookupError):  # exited meanwhile, not reaped by us
                 os.kill(self.process.pid, signum)
 
+    async def kill(self) -> None:
+        """Kills the server with SIGKILL and waits for its command to end: its fork, where it is one, is gone by then.
+
+        Killing a fork's stand-in would leave the fork serving a moment longer (its fork server
+        kills it when it sees the stand-in gone), long enough to take the next request.
+        """
+        with suppress(psutil.NoSuchProcess):
+            command_process(self.process.pid).kill()
+        await self.process.wait()
+
     async def wait_exit(self, within: float) -> int:
         """Waits up to ``within`` seconds for the server to exit; returns its exit status."""
         with anyio.fail_after(within):
@@ -220,14 +230,14 @@ class ServerProcess:
         assert code is None, f"exited with status {code}:\n{self.stderr_tail()}"
 
     def child(self, name: str) -> psutil.Process:
-        """The one live descendant whose command line mentions name (an executable or a script)."""
+        """The one live descendant whose command line mentions name (an executable or a script): its fork, if forked."""
         matches: list[psutil.Process] = []
         for process in self.descendants():
             with suppress(psutil.Error):
                 if any(name in part for part in process.cmdline()):
                     matches.append(process)
         assert len(matches) == 1, f"{name!r} among {describe(self.descendants())}"
-        return matches[0]
+        return command_process(matches[0].pid)
 
 
 class PortTakenError(Exception):

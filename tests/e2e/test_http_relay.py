@@ -217,8 +217,7 @@ async def test_readyz_follows_the_server_down_and_back_and_names_a_refusal(rig: 
         config = rig.config({"counting": {"type": "http", "url": counting.mcp_url}})
         async with rig.guard(["--config", str(config), "--health-interval-seconds", "1"]) as guard:
             up = await http_get(guard.url("/readyz"))
-            counting.process.kill()
-            await counting.process.wait()
+            await counting.kill()
             with anyio.fail_after(30):
                 down = await poll(lambda: http_get(guard.url("/readyz")), lambda answer: answer.status_code == 503)
             async with rig.counting_http(tmp_path / "calls.jsonl", port=port):
@@ -245,8 +244,7 @@ async def test_an_upstream_that_dies_mid_session_gives_the_call_an_error_result(
         ):
             with anyio.fail_after(30):
                 assert texts(await opened.session.call_tool("echo", {"text": "before"})) == ["before"]
-                counting.process.kill()
-                await counting.process.wait()
+                await counting.kill()
                 after = await opened.session.call_tool("echo", {"text": "after"})
     assert after.is_error
     assert "upstream 'counting' is unreachable" in texts(after)[0]
