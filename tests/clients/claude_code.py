@@ -24,7 +24,7 @@ import anyio
 import pytest
 
 from tests.clients.fake_anthropic import FakeAnthropicAPI
-from tests.harness import MARKER_ENV, exit_status
+from tests.harness import MARKER_ENV, exit_status, node_environment
 
 CLIENTS_DIR = Path(__file__).resolve().parent
 CLAUDE_PACKAGE = CLIENTS_DIR / "node_modules" / "@anthropic-ai" / "claude-code"
@@ -118,6 +118,7 @@ class ClaudeCode:
             "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
             "CLAUDE_CODE_DISABLE_TERMINAL_TITLE": "1",
             MARKER_ENV: self.marker,
+            **node_environment(),
         }
 
     async def run(self, prompt: str, *, api_url: str, mcp_config: Path, allowed_tools: Sequence[str]) -> ClaudeRun:

@@ -41,7 +41,7 @@ from pathlib import Path
 import pytest
 
 from tests.clients.claude_code import CLAUDE_CLI, ClaudeCode
-from tests.harness import CountingUpstream
+from tests.harness import NODE_22, CountingUpstream
 
 
 @pytest.fixture
@@ -63,7 +63,7 @@ def claude_code(tmp_path: Path, process_marker: str) -> Iterator[ClaudeCode]:
     """The pinned Claude Code CLI; each run's output and MCP log lines are shown when the test fails."""
     if not CLAUDE_CLI.exists():
         pytest.fail(f"{CLAUDE_CLI} is missing: run `npm ci --prefix tests/clients` (scripts/test.sh does it)")
-    node = shutil.which("node")
+    node = str(NODE_22) if NODE_22.exists() else shutil.which("node")  # 22: with its compile cache
     if node is None:
         pytest.fail("node is not on PATH: Claude Code's CLI needs Node.js 18 or newer")
     runner = ClaudeCode(tmp_path, process_marker, node)

@@ -18,7 +18,7 @@ from typing import Any
 import anyio
 import pytest
 
-from tests.harness import MARKER_ENV
+from tests.harness import MARKER_ENV, node_environment
 from tests.interop import mcp_proxy_venv
 from tests.interop.processes import Processes
 
@@ -90,6 +90,7 @@ class Inspector:
             "HOME": str(self.home),
             "MCP_INSPECTOR_SECRET_STORE": "memory",
             MARKER_ENV: self.marker,
+            **node_environment(),
         }
         with anyio.fail_after(INSPECTOR_TIMEOUT):
             completed = await anyio.run_process(argv, env=env, check=False)
