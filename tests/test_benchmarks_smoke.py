@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -10,7 +11,15 @@ from typing import Any
 
 import pytest
 
-from tests.harness import REPO_ROOT, guard_command, guard_notes, open_stdio_session, texts
+from tests.harness import (
+    NODE_22,
+    REPO_ROOT,
+    guard_command,
+    guard_notes,
+    node_environment,
+    open_stdio_session,
+    texts,
+)
 
 BENCHMARK_FIXTURE = [sys.executable, str(REPO_ROOT / "benchmarks" / "fixture_server.py")]
 valgrind_runs_here = pytest.mark.skipif(
@@ -18,6 +27,11 @@ valgrind_runs_here = pytest.mark.skipif(
     reason="valgrind does not run on current macOS (its last supported release is 10.13; none on Apple silicon)",
 )
 """The instruction counts need valgrind, which exists for Linux only."""
+NODE_ENVIRONMENT = os.environ | node_environment()
+"""server-everything (``#!/usr/bin/env node``) on the Node the tests run it on, with its compile cache: the
+smoke run starts it a dozen times, and its numbers mean nothing."""
+if NODE_22.exists():
+    NODE_ENVIRONMENT["PATH"] = f"{NODE_22.parent}{os.pathsep}{os.environ.get('PATH', '')}"
 
 
 def run_benchmark(module: str, *args: str, timeout: float = 120) -> str:
@@ -25,6 +39,7 @@ def run_benchmark(module: str, *args: str, timeout: float = 120) -> str:
     done = subprocess.run(
         [sys.executable, "-m", f"benchmarks.{module}", "--size", "smoke", *args],
         cwd=REPO_ROOT,
+        env=NODE_ENVIRONMENT,
         capture_output=True,
         text=True,
         timeout=timeout,
