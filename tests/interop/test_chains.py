@@ -151,48 +151,36 @@ def judged(result: types.CallToolResult) -> tuple[bool, int, str | None, int | N
 
 
 @pytest.mark.parametrize("chain", CHAINS)
-async def test_tools_listed_under_own_names(chains: Chains, chain: str) -> None:
-    """Through the chain the client lists server-everything's tools under their own names, none prefixed."""
-    async with chains.connect(chains.everything, mode="direct") as direct:
-        with anyio.fail_after(CALL_LIMIT):
-            expected = sorted(tool.name for tool in (await direct.session.list_tools()).tools)
-    async with chains.session(chain) as session:
-        with anyio.fail_after(CALL_LIMIT):
-            listed = sorted(tool.name for tool in (await session.list_tools()).tools)
-        echoed = await call(session)
-    assert listed == expected
-    assert texts(echoed) == ["Echo: hi"]
+async def test_tools_progress_and_a_loop_cross_the_chain(chains: Chains, chain: str) -> None:
+    """Through the chain, in one session (a chain takes seconds of CPU to build):
 
-
-@pytest.mark.parametrize("chain", CHAINS)
-async def test_progress_through_chain(chains: Chains, chain: str) -> None:
-    """A long-running operation's progress notifications cross the chain and all arrive before its result.
-
-    Except through mcp-proxy's /mcp endpoint, which answers with plain JSON bodies
-    (``json_response=True``) that cannot carry notifications, with or without the guard:
-    there the result still arrives, without progress.
+    - the client lists server-everything's tools under their own names, none prefixed;
+    - a long-running operation's progress notifications cross the chain and all arrive before
+      its result, except through mcp-proxy's /mcp endpoint, which answers with plain JSON bodies
+      (``json_response=True``) that cannot carry notifications, with or without the guard: there
+      the result still arrives, without progress;
+    - six identical echo calls are warned at the 3rd and 4th, refused at the 5th and 6th, one note each.
     """
     seen: list[tuple[float, float | None]] = []
 
     async def on_progress(progress: float, total: float | None, message: str | None) -> None:
         seen.append((progress, total))
 
+    async with chains.connect(chains.everything, mode="direct") as direct:
+        with anyio.fail_after(CALL_LIMIT):
+            expected = sorted(tool.name for tool in (await direct.session.list_tools()).tools)
     async with chains.session(chain) as session:
         with anyio.fail_after(CALL_LIMIT):
+            listed = sorted(tool.name for tool in (await session.list_tools()).tools)
             result = await session.call_tool(LONG_RUNNING, {"duration": 0.4, "steps": 4}, progress_callback=on_progress)
         at_result = list(seen)
+        echoes = [await call(session) for _ in range(6)]
+    assert listed == expected
     assert "Long running operation completed" in texts(result)[0]
-    expected = [] if "mcp-proxy/mcp" in chain else [(1, 4), (2, 4), (3, 4), (4, 4)]
-    assert at_result == expected
-
-
-@pytest.mark.parametrize("chain", CHAINS)
-async def test_loop_warned_then_refused(chains: Chains, chain: str) -> None:
-    """Six identical calls through the chain: warned at the 3rd and 4th, refused at the 5th and 6th, one note each."""
-    async with chains.session(chain) as session:
-        results = [await call(session) for _ in range(6)]
-    assert [judged(result) for result in results] == LONE_GUARD_VERDICTS
-    assert texts(results[2])[0] == "Echo: hi"
+    assert at_result == ([] if "mcp-proxy/mcp" in chain else [(1, 4), (2, 4), (3, 4), (4, 4)])
+    assert texts(echoes[0]) == ["Echo: hi"]
+    assert [judged(echo) for echo in echoes] == LONE_GUARD_VERDICTS
+    assert texts(echoes[2])[0] == "Echo: hi"
 
 
 # --- two guards ----------------------------------------------------------------------------
