@@ -23,6 +23,10 @@ pytestmark = [pytest.mark.e2e, pytest.mark.anyio]
 FLOODER = fixture_command("request_flood_server")
 STDERR_BYTES = 20_000
 """What the guard may write to stderr in such a session (it wrote 10 MB in 30 s)."""
+FLAT_OUT = 20_000
+"""Requests the fixture sends as fast as the guard reads them (over 1 MB of refusals on its stdin), before it paces
+them: the tests wait seconds on the guard, not on its CPU."""
+DEAF = {"name": "flood_deaf", "arguments": {"flat_out": FLAT_OUT}}
 ANSWERED = 1000
 """Pings the client answers (then it stops, as a busy one would: the test keeps few messages in memory)."""
 
@@ -47,9 +51,7 @@ async def test_the_flooding_call_gets_an_error_and_eof_still_ends_the_guard(raw_
     """Without a call timeout: the upstream is stopped as stuck, the call gets that error; EOF exits 0; stderr small."""
     async with raw_guard(FLOODER) as guard:
         call = guard.new_id()
-        await guard.send(
-            {"jsonrpc": "2.0", "id": call, "method": "tools/call", "params": {"name": "flood_deaf", "arguments": {}}}
-        )
+        await guard.send({"jsonrpc": "2.0", "id": call, "method": "tools/call", "params": DEAF})
         async with anyio.create_task_group() as tg:
             await tg.start(answer_pings, guard)
             answer = await guard.response(call, within=60)
@@ -68,12 +70,10 @@ async def test_the_flooding_call_gets_an_error_and_eof_still_ends_the_guard(raw_
 async def test_stdin_eof_ends_the_guard_while_the_upstream_floods(raw_guard: RawConnector, line_log: Path) -> None:
     """With the upstream's stdin full, the client answers what it got and closes stdin: the guard exits 0."""
     async with raw_guard(FLOODER, env={"LINE_SERVER_LOG": str(line_log)}) as guard:
-        await guard.send(
-            {"jsonrpc": "2.0", "id": "flood", "method": "tools/call", "params": {"name": "flood_deaf", "arguments": {}}}
-        )
+        await guard.send({"jsonrpc": "2.0", "id": "flood", "method": "tools/call", "params": DEAF})
         # 20,000 requests sent: the guard has refused thousands of them on the upstream's stdin, over its 1 MB.
         with anyio.fail_after(30):
-            await eventually(lambda: sent(line_log) >= 20_000)
+            await eventually(lambda: sent(line_log) >= FLAT_OUT)
         for ping in [message for message in guard.messages if message.get("method") == "ping"]:
             await guard.send({"jsonrpc": "2.0", "id": ping["id"], "result": {}})
         await guard.close_stdin()
