@@ -95,6 +95,6 @@ echo "== mypy"
 echo "== pytest"
 # Most tests wait on real processes starting and answering, or on a server's own pace (a task that takes
 # seconds): four workers keep two cores busy through those waits (94% of a run, where three kept them 85%
-# busy and took a tenth longer), and an idle worker takes tests queued on a busy one (worksteal), so the long tests do not end the run
-# alone. The slowest tests are listed at the end, to see where the time goes.
+# busy and took a tenth longer), and an idle worker takes tests queued on a busy one (worksteal), so the
+# long tests do not end the run alone. The slowest tests are listed at the end, to see where the time goes.
 exec .venv/bin/pytest -n "${PYTEST_WORKERS:-4}" --dist worksteal --durations=15 "$@"
