@@ -7,7 +7,6 @@ runs show whether a loop stays stopped across the restarts a real client makes.
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
 import anyio
@@ -15,7 +14,7 @@ import pytest
 
 from tests.clients.claude_code import ClaudeCode, ClaudeRun
 from tests.clients.fake_anthropic import FakeAnthropicAPI, Script, SeenResult
-from tests.harness import MARKER, CountingUpstream, fixture_command, guard_command, read_json_lines
+from tests.harness import MARKER, CountingUpstream, fixture_command, guard_argv, guard_command, read_json_lines
 
 pytestmark = [pytest.mark.e2e, pytest.mark.anyio, pytest.mark.timeout(420)]
 
@@ -156,6 +155,6 @@ async def test_a_wrapped_project_config_runs_its_server_behind_the_guard(
 async def _cli(*args: str) -> str:
     """``mcp-loop-guard ARGS`` as a user runs it; what it printed (it must succeed)."""
     with anyio.fail_after(60):
-        done = await anyio.run_process([sys.executable, "-m", "mcp_loop_guard", *args], check=False)
+        done = await anyio.run_process([*guard_argv(), *args], check=False)
     assert done.returncode == 0, done.stderr.decode()
     return done.stdout.decode()

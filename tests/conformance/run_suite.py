@@ -363,9 +363,17 @@ def wait_until_ready(url: str, process: subprocess.Popen[bytes], timeout: float 
 def guard_command(
     upstream_args: Sequence[str], port: int, host: str = "127.0.0.1", guard_args: Sequence[str] = ()
 ) -> list[str]:
-    """The argv of mcp-loop-guard serving streamable HTTP at http://HOST:PORT/mcp in front of upstream_args."""
+    """The argv of mcp-loop-guard serving streamable HTTP at http://HOST:PORT/mcp in front of upstream_args.
+
+    Under pytest, a fork of the test process's guard fork server, as ``fixture_command`` forks the fixture.
+    """
     serving = ["--transport", "http", "--host", host, "--port", str(port)]
-    return [sys.executable, "-m", "mcp_loop_guard", *serving, *guard_args, *upstream_args]
+    forked = [sys.executable]
+    if fork_server := os.environ.get(PREFORK_SOCKET_VARIABLE):
+        servers = Path(fork_server)  # the guard's fork server listens beside it (tests.harness.prefork_socket)
+        guards = servers.with_name(servers.name.replace(".sock", "-guard.sock"))
+        forked = [sys.executable, "-S", str(PREFORK), str(guards)]
+    return [*forked, "-m", "mcp_loop_guard", *serving, *guard_args, *upstream_args]
 
 
 @dataclass

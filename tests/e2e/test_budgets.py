@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import json
-import sys
 from contextlib import AsyncExitStack
 from pathlib import Path
 
 import anyio
 import pytest
 
-from tests.harness import Connector, CountingUpstream, texts, verdict
+from tests.harness import Connector, CountingUpstream, guard_argv, texts, verdict
 from tests.http_harness import KEY_HEADER, Rig, guard_http_argv, payload_for, raw_call, run_server
 from tests.redis_harness import RedisServer
 
@@ -55,7 +54,7 @@ async def test_server_and_session_budgets_from_a_config_file_add_up(
         ),
         encoding="utf-8",
     )
-    guarded = [sys.executable, "-m", "mcp_loop_guard", "--config", str(config)]
+    guarded = [*guard_argv(), "--config", str(config)]
     async with connect(guarded, mode="direct") as conn:
         with anyio.fail_after(30):
             first = [await conn.session.call_tool("first__echo", {"text": str(n)}) for n in range(3)]
@@ -95,7 +94,7 @@ async def test_replicas_share_one_agents_budget_through_redis(
 async def test_a_bad_budget_stops_the_guard_naming_the_setting() -> None:
     """A cap of 0 is a configuration error, reported before anything is served."""
     process = await anyio.run_process(
-        [sys.executable, "-m", "mcp_loop_guard", "--budgets", "echo=0", "--", "true"],
+        [*guard_argv(), "--budgets", "echo=0", "--", "true"],
         check=False,
     )
     assert process.returncode == 2

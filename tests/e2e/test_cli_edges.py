@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import sys
 import uuid
 from pathlib import Path
 
 import anyio
 import pytest
 
-from tests.harness import REAL_STATE, server_environment, stored
+from tests.harness import REAL_STATE, guard_argv, server_environment, stored
 
 pytestmark = [pytest.mark.e2e, pytest.mark.anyio]
 
@@ -18,7 +17,7 @@ async def _run(marker: str, *args: str, env: dict[str, str] | None = None) -> tu
     """``python -m mcp_loop_guard ARGS``: exit status, stdout, stderr."""
     with anyio.fail_after(90):
         done = await anyio.run_process(
-            [sys.executable, "-m", "mcp_loop_guard", *args],
+            [*guard_argv(), *args],
             env=server_environment(marker, {"COLUMNS": "200", **(env or {})}),
             input=b"",
             check=False,

@@ -4,14 +4,16 @@ docs/*.md, each block in a sandbox of its own.
 The sandbox: a temporary home with its XDG folders (client configs are seeded there for ``wrap
 --client``), a working directory holding the repository's files (``docs/`` and ``configs/``
 copied, so a command may write there; the rest linked), this virtualenv first on ``PATH`` and
-as ``.venv`` (before it only ``mcp-server-time`` and ``mcp-server-git``, which run as forks of
-the test's fork server, as everywhere in the tests). A block's commands run in order, each
-through bash with its input closed and a time limit, and must exit 0. A serving guard is
-started and stopped once ready: over stdio with its input closed (exit 0), over HTTP on a free
-port (the port the docs show is mapped to it in the block's later commands) until ``/readyz``
-answers 200, then SIGTERM at the end of the block (exit 0 or 143). In console blocks each
-output line shown (``…`` for any text, ``...`` for lines left out) must be a line of what the
-command printed. A block marked ``<!-- not run: REASON -->`` just above is left out, with its
+as ``.venv`` (before it only ``mcp-loop-guard``, ``mcp-server-time`` and ``mcp-server-git``,
+which run as forks of the test's fork servers, as everywhere in the tests: the same code,
+started without its imports; the console script itself runs in the wrap and client tests).
+A block's commands run in order, each through bash with its input closed and a time limit,
+and must exit 0. A serving guard is started and stopped once ready: over stdio with its input
+closed (exit 0), over HTTP on a free port (the port the docs show is mapped to it in the
+block's later commands) until ``/readyz`` answers 200, then SIGTERM at the end of the block
+(exit 0 or 143). In console blocks each output line shown (``…`` for any text, ``...`` for
+lines left out) must be a line of what the command printed. A block marked ``<!-- not run:
+REASON -->`` just above is left out, with its
 reason; any other block runs."""
 
 from __future__ import annotations
@@ -33,7 +35,7 @@ import pytest
 
 from mcp_loop_guard.wrap.clients import CLIENTS, paths
 from tests.docs_text import SHELL_LANGUAGES, Block, blocks, docs_files
-from tests.harness import MARKER_ENV, REPO_ROOT, pypi_server_command
+from tests.harness import MARKER_ENV, REPO_ROOT, guard_argv, pypi_server_command
 from tests.http_harness import LOCALHOST, free_port, wait_answering
 
 pytestmark = [pytest.mark.e2e, pytest.mark.anyio]
@@ -148,9 +150,10 @@ def _sandbox(root: Path, marker: str) -> Sandbox:
     (work / ".venv").symlink_to(Path(sys.prefix))
     shims = root / "bin"
     shims.mkdir()
-    for server in PYPI_SERVERS:
-        shim = shims / server
-        shim.write_text(f'#!/bin/sh\nexec {shlex.join(pypi_server_command(server))} "$@"\n', encoding="utf-8")
+    forked = {server: pypi_server_command(server) for server in PYPI_SERVERS} | {"mcp-loop-guard": guard_argv()}
+    for name, command in forked.items():
+        shim = shims / name
+        shim.write_text(f'#!/bin/sh\nexec {shlex.join(command)} "$@"\n', encoding="utf-8")
         shim.chmod(0o755)
     folders = {
         "XDG_CONFIG_HOME": home / ".config",

@@ -14,7 +14,7 @@ from mcp.shared.exceptions import MCPError
 
 from mcp_loop_guard.wrap import jsonc
 from mcp_loop_guard.wrap.spans import plain
-from tests.harness import BIN_DIR, Connector, open_stdio_session, verdict
+from tests.harness import BIN_DIR, Connector, guard_argv, open_stdio_session, verdict
 from tests.http_harness import serve_guard
 
 pytestmark = [pytest.mark.e2e, pytest.mark.anyio]
@@ -29,7 +29,7 @@ async def _cli(*args: str) -> tuple[int, str, str]:
     """Runs ``mcp-loop-guard ARGS`` as a user would, with a PATH that does not hold the guard."""
     env = os.environ | {"PATH": MINIMAL_PATH}
     with anyio.fail_after(60):
-        done = await anyio.run_process([sys.executable, "-m", "mcp_loop_guard", *args], env=env, check=False)
+        done = await anyio.run_process([*guard_argv(), *args], env=env, check=False)
     return done.returncode, done.stdout.decode(), done.stderr.decode()
 
 
@@ -137,7 +137,7 @@ async def test_header_flag_is_what_lets_the_guard_in(
         stderr=tmp_path / "upstream.stderr",
         env={"LOOP_GUARD_AUTH_TOKEN": TOKEN},
     ) as upstream:
-        base = [sys.executable, "-m", "mcp_loop_guard", "--upstream", upstream.mcp_url]
+        base = [*guard_argv(), "--upstream", upstream.mcp_url]
         with_header = [*base, "--header", f"Authorization: Bearer {TOKEN}"]
         async with open_stdio_session(with_header, marker=process_marker, stderr=tmp_path / "ok.stderr") as connection:
             with anyio.fail_after(15):

@@ -26,7 +26,7 @@ from mcp import Client, StdioServerParameters
 from mcp.client.subscriptions import ToolsListChanged
 
 from mcp_loop_guard.config import HttpServer, ServerSpec, StdioServer
-from tests.harness import FIXTURES_DIR, action, server_environment, texts
+from tests.harness import FIXTURES_DIR, action, guard_argv, server_environment, texts
 from tests.http_harness import open_http_session, open_sse_session, write_config
 from tests.proxy.http_inproc import fixture_stdio, serving_app, serving_guard
 
@@ -216,7 +216,7 @@ def _entry(spec: ServerSpec) -> dict[str, Any]:
 async def stdio_guard(specs: list[ServerSpec], era: str, directory: Path, marker: str) -> AsyncIterator[McpClient]:
     """The stdio guard in front of ``specs`` (a config file of them), its client speaking ``era``."""
     config = write_config(directory / "mcp.json", {spec.name: _entry(spec) for spec in specs})
-    argv = [sys.executable, "-m", "mcp_loop_guard", "--config", str(config)]
+    argv = [*guard_argv(), "--config", str(config)]
     params = StdioServerParameters(command=argv[0], args=argv[1:], env=server_environment(marker, None))
     async with Client(params, mode="legacy" if era == "handshake" else "auto") as guarded:
         if era != "handshake":

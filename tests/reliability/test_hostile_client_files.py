@@ -27,7 +27,7 @@ from mcp_loop_guard.wrap.entries import RefusedError
 from mcp_loop_guard.wrap.files import MAX_FILE_BYTES
 from mcp_loop_guard.wrap.plan import rewrite
 from mcp_loop_guard.wrap.spans import TextSyntaxError
-from tests.harness import server_environment
+from tests.harness import guard_argv, server_environment
 
 GUARD = ("/usr/local/bin/mcp-loop-guard",)
 MIB = 1024 * 1024
@@ -37,7 +37,7 @@ async def _wrap(process_marker: str, *args: str) -> tuple[int, list[str]]:
     """``mcp-loop-guard wrap ARGS`` as a process: its exit status and stderr lines."""
     with anyio.fail_after(60):
         done = await anyio.run_process(
-            [sys.executable, "-m", "mcp_loop_guard", "wrap", "--guard-command", GUARD[0], *args],
+            [*guard_argv(), "wrap", "--guard-command", GUARD[0], *args],
             env=server_environment(process_marker, None),
             check=False,
         )

@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -19,7 +18,7 @@ import anyio
 import pytest
 
 from mcp_loop_guard.config_file import MAX_CONFIG_BYTES
-from tests.harness import Connector, CountingUpstream, GuardProcess, action, eventually, server_environment
+from tests.harness import Connector, CountingUpstream, GuardProcess, action, eventually, guard_argv, server_environment
 
 pytestmark = [pytest.mark.e2e, pytest.mark.anyio]
 
@@ -69,7 +68,7 @@ async def test_a_hostile_config_stops_the_guard_at_start_with_one_line(
     make(config)
     with anyio.fail_after(30):
         done = await anyio.run_process(
-            [sys.executable, "-m", "mcp_loop_guard", "--config", str(config)],
+            [*guard_argv(), "--config", str(config)],
             env=server_environment(process_marker, None),
             check=False,
         )

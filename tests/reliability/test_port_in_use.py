@@ -8,14 +8,13 @@ from __future__ import annotations
 
 import json
 import socket
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import anyio
 import pytest
 
-from tests.harness import fixture_command, server_environment
+from tests.harness import fixture_command, guard_argv, server_environment
 
 pytestmark = [pytest.mark.e2e, pytest.mark.anyio]
 
@@ -49,7 +48,7 @@ async def test_a_port_in_use_stops_the_guard_before_any_upstream_starts(
         where = []
     else:
         where = ["--port", str(taken_port)]
-    argv = [sys.executable, "-m", "mcp_loop_guard", "--transport", "http", *where, *served]
+    argv = [*guard_argv(), "--transport", "http", *where, *served]
     with anyio.fail_after(60):
         done = await anyio.run_process(argv, env=server_environment(process_marker, env), check=False)
     assert (done.returncode, done.stdout) == (2, b"")

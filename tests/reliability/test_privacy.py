@@ -7,14 +7,13 @@ from __future__ import annotations
 
 import base64
 import json
-import sys
 
 import anyio
 import pytest
 import redis
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.harness import CountingUpstream, content_dump
+from tests.harness import CountingUpstream, content_dump, guard_argv
 from tests.http_harness import Rig, http_get, open_http_session
 from tests.redis_harness import RedisServer
 from tests.reliability.wire import RawConnector, RawGuard
@@ -147,7 +146,7 @@ REDIS_PASSWORD = "redis-PASSWORD-5c1e9b"  # noqa: S105 - a made-up password whos
 async def _state_command(*args: str) -> str:
     """``python -m mcp_loop_guard state ARGS``: what it wrote on stdout and stderr."""
     with anyio.fail_after(30):
-        done = await anyio.run_process([sys.executable, "-m", "mcp_loop_guard", "state", *args], check=False)
+        done = await anyio.run_process([*guard_argv(), "state", *args], check=False)
     return done.stdout.decode() + done.stderr.decode()
 
 
@@ -169,7 +168,7 @@ async def test_a_redis_password_shows_in_no_log_and_no_state_listing(
     listing = await _state_command("list", "--state", url)
     missing = await _state_command("reset", "no-such-agent", "--state", url)
     mistyped = await anyio.run_process(
-        [sys.executable, "-m", "mcp_loop_guard", "--state", url.replace("redis://", "redis:/"), "--", "true"],
+        [*guard_argv(), "--state", url.replace("redis://", "redis:/"), "--", "true"],
         check=False,
     )
 

@@ -20,6 +20,7 @@ from mcp_loop_guard.plan import plan
 from mcp_loop_guard.replay import TraceError, judge_lines, judge_trace, read_trace, suggest_scrub
 from mcp_loop_guard.settings import FileSettings, load_settings
 from mcp_loop_guard.traces import respace
+from tests.harness import guard_argv
 
 
 def line(tool: str, arguments: dict[str, Any], text: str, **extra: Any) -> dict[str, Any]:
@@ -127,7 +128,7 @@ def test_the_command_prints_json_lines_and_exits_zero(tmp_path: Path) -> None:
     trace = tmp_path / "trace.jsonl"
     trace.write_text("".join(json.dumps(line("read", {"p": 1}, "same")) + "\n" for _ in range(5)), encoding="utf-8")
     done = subprocess.run(
-        [sys.executable, "-m", "mcp_loop_guard", "replay", "--json", str(trace)],
+        [*guard_argv(), "replay", "--json", str(trace)],
         capture_output=True,
         text=True,
         check=False,
@@ -142,9 +143,7 @@ def test_the_command_refuses_an_unreadable_file_with_exit_2(tmp_path: Path) -> N
     """A broken line stops replay with exit 2 and a message naming the file and line."""
     trace = tmp_path / "bad.jsonl"
     trace.write_text('{"session": "s", "tool": "x"}\n{oops\n', encoding="utf-8")
-    done = subprocess.run(
-        [sys.executable, "-m", "mcp_loop_guard", "replay", str(trace)], capture_output=True, text=True, check=False
-    )
+    done = subprocess.run([*guard_argv(), "replay", str(trace)], capture_output=True, text=True, check=False)
     assert done.returncode == 2
     assert f"{trace}:2: not JSON" in done.stderr
 
@@ -153,7 +152,7 @@ def test_replay_reads_standard_input_with_other_settings() -> None:
     """`-` reads stdin; flags apply as for the guard."""
     text = "".join(json.dumps(line("read", {"p": 1}, "same")) + "\n" for _ in range(3))
     done = subprocess.run(
-        [sys.executable, "-m", "mcp_loop_guard", "replay", "--json", "--warn-threshold", "2", "-"],
+        [*guard_argv(), "replay", "--json", "--warn-threshold", "2", "-"],
         input=text,
         capture_output=True,
         text=True,
@@ -229,7 +228,7 @@ def test_the_scrub_suggestion_names_the_whole_setting_and_only_when_it_adds_some
         for i, u in enumerate(["1b4e28ba-2fa1-11d2-883f-0016d3cca427", "6fa459ea-ee8a-3ca4-894e-db77e160355e"])
     )
     done = subprocess.run(
-        [sys.executable, "-m", "mcp_loop_guard", "replay", *given, "-"],
+        [*guard_argv(), "replay", *given, "-"],
         input=text,
         capture_output=True,
         text=True,
@@ -246,7 +245,7 @@ def test_replay_takes_budgets_as_the_guard_does() -> None:
     """`--budgets` applies in replay: the third call over a cap of two is refused."""
     text = "".join(json.dumps(line("read", {"p": n}, str(n))) + "\n" for n in range(3))
     done = subprocess.run(
-        [sys.executable, "-m", "mcp_loop_guard", "replay", "--json", "--budgets", "read=2", "-"],
+        [*guard_argv(), "replay", "--json", "--budgets", "read=2", "-"],
         input=text,
         capture_output=True,
         text=True,
@@ -273,7 +272,7 @@ def test_spacing_sets_the_time_between_lines_that_record_none() -> None:
     runs = {}
     for spacing in ("1", "200"):
         done = subprocess.run(
-            [sys.executable, "-m", "mcp_loop_guard", "replay", "--json", "--spacing", spacing, "-"],
+            [*guard_argv(), "replay", "--json", "--spacing", spacing, "-"],
             input=text,
             capture_output=True,
             text=True,
