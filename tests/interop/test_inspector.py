@@ -10,7 +10,6 @@ identical one-shot calls over HTTP are separate sessions with separate loop stat
 from __future__ import annotations
 
 import json
-import sys
 from collections.abc import Sequence
 from contextlib import AbstractAsyncContextManager
 from pathlib import Path
@@ -18,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from tests.harness import MARKER, MARKER_ENV, VERDICT_KEY, guard_command
+from tests.harness import MARKER, MARKER_ENV, VERDICT_KEY, guard_argv, guard_command
 from tests.interop.conftest import Inspector, InspectorRun
 from tests.interop.processes import Processes, Served
 
@@ -41,9 +40,7 @@ def guard_http(processes: Processes, *args: str) -> AbstractAsyncContextManager[
     return processes.serve(
         "guard",
         lambda port: [
-            sys.executable,
-            "-m",
-            "mcp_loop_guard",
+            *guard_argv(),
             "--transport",
             "http",
             "--host",
