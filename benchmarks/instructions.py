@@ -30,8 +30,6 @@ from pathlib import Path
 from typing import Any
 
 import anyio
-from rich.console import Console
-from rich.table import Table
 
 SIZES = {"smoke": 50, "full": 2000}
 """Judged calls counted."""
@@ -186,6 +184,11 @@ def main(argv: list[str] | None = None) -> int:
     if valgrind is None:
         print("error: valgrind is needed to count instructions (apt-get install valgrind)", file=sys.stderr)
         return 2
+    # rich is imported here, not at the top: every count runs this module's start-up under valgrind
+    # twice (the loop and the loop of none), and rich is a tenth of it.
+    from rich.console import Console
+    from rich.table import Table
+
     calls = SIZES[args.size]
     total = per_call(valgrind, calls)
     table = Table(title=f"Instructions per judged call ({calls} calls, valgrind cachegrind)")
