@@ -72,7 +72,7 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
 @pytest.fixture(scope="session", autouse=True)
 def prefork_server() -> Iterator[None]:
-    """This test process's fork servers: our SDK fixture servers and the guards start as forks (see prefork.py).
+    """This test process's fork servers: our SDK fixture servers and the guards start as forks (see fork_server.py).
 
     Importing the SDK costs each fixture server about a second of CPU, and the guard's imports
     0.3-0.5 s; a fork of a process that did it once costs milliseconds, and the suite starts a
@@ -131,14 +131,14 @@ def _executable(path: Path, how: str) -> list[str]:
 
 @pytest.fixture(scope="session")
 def time_server() -> list[str]:
-    """The argv of mcp-server-time (PyPI), installed next to this interpreter (started as a fork, see prefork.py)."""
+    """The argv of mcp-server-time (PyPI), installed next to this interpreter (run as a fork, see fork_server.py)."""
     _executable(BIN_DIR / "mcp-server-time", "pip install -e '.[test]'")
     return pypi_server_command("mcp-server-time", "--local-timezone", "UTC")
 
 
 @pytest.fixture(scope="session")
 def git_server() -> list[str]:
-    """The argv of mcp-server-git (PyPI), installed next to this interpreter (started as a fork, see prefork.py)."""
+    """The argv of mcp-server-git (PyPI), installed next to this interpreter (started as a fork, see fork_server.py)."""
     _executable(BIN_DIR / "mcp-server-git", "pip install -e '.[test]'")
     return pypi_server_command("mcp-server-git")
 

@@ -59,7 +59,7 @@ def guard_command(command: Sequence[str], guard_args: Sequence[str] = (), *, for
 
 
 def guard_argv(*, fork: bool = True) -> list[str]:
-    """``python -m mcp_loop_guard``, run as a fork of the guard's fork server (see prefork.py) unless ``fork=False``.
+    """``python -m mcp_loop_guard``, a fork of the guard's fork server (see fork_server.py) unless ``fork=False``.
 
     A forked guard is the same code on the same pipes, started without the 0.3-0.5 s of CPU
     of its imports; a test that inspects the guard's process finds it with ``command_process``,
@@ -88,7 +88,7 @@ PREFORKED = frozenset(
         "wait_server",
     }
 )
-"""Our fixture servers that import the SDK: started as forks of a process that imported it (see prefork.py)."""
+"""Our fixture servers that import the SDK: started as forks of a process that imported it (see fork_server.py)."""
 PREFORK_SOCKET_VARIABLE = "MCP_LOOP_GUARD_TESTS_PREFORK"
 """Names the fork server of the test process a command runs under (the corpus recorder's servers use it)."""
 
@@ -110,7 +110,7 @@ def prefork_socket(kind: Literal["servers", "guard"] = "servers") -> Path:
 
 
 def forked_pid(pid: int) -> int | None:
-    """The fork that runs the command started as ``pid``, where a fork server runs it (see prefork.py)."""
+    """The fork that runs the command started as ``pid``, where a fork server runs it (see fork_server.py)."""
     for kind in ("guard", "servers"):
         with suppress(FileNotFoundError, ValueError):
             return int((Path(f"{prefork_socket(kind)}.pids") / str(pid)).read_text())

@@ -130,7 +130,7 @@ def time_entry() -> dict[str, Any]:
 
 
 def time_command() -> list[str]:
-    """The argv of mcp-server-time over stdio, started as a fork of the fork server (see prefork.py)."""
+    """The argv of mcp-server-time over stdio, started as a fork of the fork server (see fork_server.py)."""
     return pypi_server_command(TIME_BIN.name, "--local-timezone", "UTC")
 
 

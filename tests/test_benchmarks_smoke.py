@@ -23,7 +23,7 @@ from tests.harness import (
 )
 
 BENCHMARK_FIXTURE = forked_script(REPO_ROOT / "benchmarks" / "fixture_server.py")
-"""The benchmarks' fixture server, a fork of the fork server (see prefork.py)."""
+"""The benchmarks' fixture server, a fork of the fork server (see fork_server.py)."""
 valgrind_runs_here = pytest.mark.skipif(
     sys.platform == "darwin",
     reason="valgrind does not run on current macOS (its last supported release is 10.13; none on Apple silicon)",
