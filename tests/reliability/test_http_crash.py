@@ -8,19 +8,19 @@ take the guard down or print a traceback.
 
 from __future__ import annotations
 
+import json
 import signal
 
 import anyio
-import httpx2
 import pytest
 
 from tests.http_harness import (
     KEY_HEADER,
     MCP_POST_HEADERS,
     MODERN_VERSION,
+    FloodConnection,
     Rig,
     ServerProcess,
-    http_client,
     http_get,
     http_post,
     initialize_body,
@@ -110,24 +110,22 @@ async def test_sigterm_with_keyed_state_exits_cleanly(rig: Rig) -> None:
 
 async def test_sigterm_after_thousands_of_keys_exits_promptly(rig: Rig) -> None:
     """After 2,000 distinct X-Loop-Guard-Key values, SIGTERM still ends the guard within 10 s, without a traceback."""
-    keys = 2000
+    keys, connections = 2000, 16
     async with rig.guard(["--stateless", *TIME_ARGS]) as guard:
-        limiter = anyio.Semaphore(16)
         statuses: list[int] = []
 
-        async def ping(client: httpx2.AsyncClient, n: int) -> None:
-            async with limiter:
-                response = await client.post(
-                    guard.mcp_url,
-                    json={"jsonrpc": "2.0", "id": n, "method": "ping"},
-                    headers=MCP_POST_HEADERS | {KEY_HEADER: f"flood-{n}"},
-                )
-                statuses.append(response.status_code)
+        async def ping(numbers: range) -> None:
+            connection = FloodConnection(guard.port)
+            for n in numbers:
+                body = json.dumps({"jsonrpc": "2.0", "id": n, "method": "ping"}).encode()
+                status, _ = await connection.post("/mcp", body, MCP_POST_HEADERS | {KEY_HEADER: f"flood-{n}"})
+                statuses.append(status)
+            await connection.aclose()
 
         with anyio.fail_after(120):
-            async with http_client(timeout=30) as client, anyio.create_task_group() as tg:
-                for n in range(keys):
-                    tg.start_soon(ping, client, n)
+            async with anyio.create_task_group() as tg:
+                for first in range(connections):
+                    tg.start_soon(ping, range(first, keys, connections))
         guard.process.send_signal(signal.SIGTERM)
         status = await guard.wait_exit(10)
 

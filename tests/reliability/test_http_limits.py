@@ -27,6 +27,7 @@ from tests.http_harness import (
     LOCALHOST,
     MCP_POST_HEADERS,
     SESSION_HEADER,
+    FloodConnection,
     Rig,
     ServerProcess,
     http_client,
@@ -170,27 +171,25 @@ async def test_refused_requests_leave_no_state(rig: Rig) -> None:
     statuses: dict[str, set[int]] = {kind: set() for kind in kinds}
     requests = 5000
 
-    async def flood(client: httpx2.AsyncClient, numbers: range) -> None:
+    async def flood(numbers: range) -> None:
+        connection = FloodConnection(guard.port)
         for n in numbers:
             kind = list(kinds)[n % len(kinds)]
             headers, body, _ = kinds[kind]
-            response = await client.post(
-                guard.mcp_url,
-                content=body,
-                headers=headers | {KEY_HEADER: f"hostile-{n}", "Mcp-Protocol-Version": "2025-11-25"},
-            )
-            statuses[kind].add(response.status_code)
+            sent = headers | {KEY_HEADER: f"hostile-{n}", "Mcp-Protocol-Version": "2025-11-25"}
+            status, _ = await connection.post("/mcp", body.encode(), sent)
+            statuses[kind].add(status)
+        await connection.aclose()
 
     async with rig.guard(["--stateless", *ERRORING], env=env) as guard:
-        async with http_client(timeout=30) as client:
-            with anyio.fail_after(30):
-                await flood(client, range(200))  # warm-up: the code paths, caches and pools exist now
-            before = guard.rss()
-            with anyio.fail_after(180):
-                async with anyio.create_task_group() as tg:
-                    for worker in range(8):
-                        tg.start_soon(flood, client, range(200 + worker, 200 + requests, 8))
-            after = guard.rss()
+        with anyio.fail_after(30):
+            await flood(range(200))  # warm-up: the code paths, caches and pools exist now
+        before = guard.rss()
+        with anyio.fail_after(180):
+            async with anyio.create_task_group() as tg:
+                for worker in range(8):
+                    tg.start_soon(flood, range(200 + worker, 200 + requests, 8))
+        after = guard.rss()
         served = await keyed_echo(guard, "legitimate", bearer)
     print(f"RSS {before / MB:.1f} MB -> {after / MB:.1f} MB; statuses {statuses}")
 
