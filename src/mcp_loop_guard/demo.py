@@ -14,12 +14,9 @@ import os
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import anyio
-import mcp_types as types
-from mcp import ClientSession, StdioServerParameters, stdio_client
-from mcp.shared.exceptions import MCPError
 from rich.console import Console
 from rich.table import Table
 from rich.text import Text
@@ -29,6 +26,9 @@ from mcp_loop_guard.exits import EXIT_USAGE
 from mcp_loop_guard.proxy.relay.verdicts import MARKER, VERDICT_META_KEY
 from mcp_loop_guard.registry import SETTING
 from mcp_loop_guard.settings import RULE_SETTINGS, SettingsError, load_settings, setting_fields
+
+if TYPE_CHECKING:
+    import mcp_types as types
 
 _STEPS: list[tuple[str, dict[str, Any], str]] = [
     ("search_docs", {"query": "deploy"}, "normal work"),
@@ -51,6 +51,8 @@ class _Row:
 
 
 def _summarize(result: types.CallToolResult) -> tuple[str, str]:
+    import mcp_types as types  # noqa: PLC0415 - loaded with the session (see _drive)
+
     meta = (result.meta or {}).get(VERDICT_META_KEY)
     verdict = str(meta["action"]) if isinstance(meta, dict) else "pass"
     texts = [c.text for c in result.content if isinstance(c, types.TextContent)]
@@ -70,6 +72,11 @@ def _first_sentences(text: str, limit: int = 160) -> str:
 
 async def _drive(flags: Sequence[str]) -> list[_Row]:
     """The scripted session through a guard started with ``flags`` (after the demo's own) and this environment."""
+    # The SDK loads here, not with the module: it takes a second and a half, and ``demo --help`` needs none of it.
+    import mcp_types as types  # noqa: PLC0415
+    from mcp import ClientSession, StdioServerParameters, stdio_client  # noqa: PLC0415
+    from mcp.shared.exceptions import MCPError  # noqa: PLC0415
+
     guard = ["-m", "mcp_loop_guard", "--log-level", "error", *flags, "--transport", "stdio"]
     params = StdioServerParameters(
         command=sys.executable,

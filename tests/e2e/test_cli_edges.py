@@ -32,12 +32,17 @@ def _verdicts(timeline: str) -> list[str]:
 
 
 async def test_demo_help_prints_the_demos_usage_and_runs_nothing(process_marker: str) -> None:
-    """`demo --help` prints the demo's usage and its setting flags, exit 0, and starts no session."""
+    """`demo --help` prints the demo's usage and its setting flags, exit 0, and starts no session nor loads the SDK
+    (a second and a half of imports)."""
     status, out, err = await _run(process_marker, "demo", "--help")
     assert (status, err) == (0, "")
     assert out.startswith("usage: mcp-loop-guard demo")
     assert "--warn-threshold" in out
     assert "Timeline" not in out
+    _, _, timed = await _run(process_marker, "demo", "--help", env={"PYTHONPROFILEIMPORTTIME": "1"})
+    imported = {line.rpartition("|")[2].strip() for line in timed.splitlines() if line.startswith("import time:")}
+    assert "argparse" in imported, timed[-2000:]  # the import times were written
+    assert {"mcp", "mcp_types"}.isdisjoint(imported)
 
 
 @pytest.mark.parametrize(
