@@ -27,6 +27,7 @@ from tests.harness import (
     Connector,
     CountingUpstream,
     action,
+    forked_script,
     guard_command,
     server_environment,
     stop_process,
@@ -74,7 +75,7 @@ async def _agents(
         for name in names:
             errlog = stack.enter_context((directory / f"agent-{name}.stderr.log").open("w", encoding="utf-8"))
             process = await anyio.open_process(
-                [sys.executable, str(DRIVER), *command],
+                forked_script(DRIVER, *command),
                 cwd=work,
                 env=server_environment(marker, env),
                 stdout=subprocess.PIPE,

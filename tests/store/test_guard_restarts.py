@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -25,6 +24,7 @@ from tests.harness import (
     CountingUpstream,
     action,
     exit_status,
+    forked_script,
     guard_command,
     server_environment,
 )
@@ -53,7 +53,7 @@ async def drive(calls: int, command: list[str], *, cwd: Path, marker: str, env: 
     lines = "".join(json.dumps({"tool": "constant", "arguments": {}}) + "\n" for _ in range(calls))
     with anyio.fail_after(DRIVER_LIMIT):
         done = await anyio.run_process(
-            [sys.executable, str(DRIVER), *guard_command(command)],
+            forked_script(DRIVER, *guard_command(command)),
             input=lines.encode(),
             cwd=cwd,
             env=server_environment(marker, env),
