@@ -139,6 +139,11 @@ def forked_script(script: Path, *args: str) -> list[str]:
     return [sys.executable, "-S", str(PREFORK), str(prefork_socket()), str(script), *args]
 
 
+def forked_module(module: str, *args: str) -> list[str]:
+    """``python -m MODULE ARGS`` as a fork of the servers' fork server (run where MODULE can be imported from)."""
+    return [sys.executable, "-S", str(PREFORK), str(prefork_socket()), "-m", module, *args]
+
+
 def pypi_server_command(name: str, *args: str) -> list[str]:
     """The argv of a Python MCP server installed from PyPI next to this interpreter (mcp-server-time, mcp-server-git).
 

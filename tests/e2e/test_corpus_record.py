@@ -4,12 +4,11 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-from tests.harness import REPO_ROOT
+from tests.harness import REPO_ROOT, forked_module
 
 CORPUS = REPO_ROOT / "tests" / "corpus"
 # One trace per kind of server and normalisation: the tracker's new message ids, the job
@@ -38,7 +37,7 @@ HARD_SAMPLE = [
 def record_again(out: Path, names: list[str], committed: Path, *options: str) -> None:
     """Records the traces into out with the recorder's command line and compares them and the labels with committed."""
     done = subprocess.run(
-        [sys.executable, "-m", "tests.corpus.record", *options, "--out", str(out), *names],
+        forked_module("tests.corpus.record", *options, "--out", str(out), *names),
         cwd=REPO_ROOT,
         capture_output=True,
         text=True,
