@@ -14,6 +14,7 @@ server, so it runs its own server-everything over stdio, shared by all sessions.
 
 from __future__ import annotations
 
+import ssl
 import time
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import AsyncExitStack, asynccontextmanager
@@ -32,7 +33,11 @@ from benchmarks.stats import ratio, summarize
 from benchmarks.stdio_rtt import CALL_SECONDS, call
 
 SCENARIO = "http"
+TLS = ssl.create_default_context()
+"""One TLS context for the load's clients: httpx builds one per client by default, tens of ms each."""
 KEY_HEADER = "X-Loop-Guard-Key"
+SDK_TIMEOUT = httpx2.Timeout(30, read=300)
+"""The SDK's own client timeouts (a long read: a session's GET stream stays open while idle)."""
 
 
 @dataclass(frozen=True)
@@ -59,10 +64,11 @@ async def open_sessions(url: str, count: int, *, keyed: bool = False) -> AsyncIt
     async with AsyncExitStack() as stack:
         sessions = []
         for index in range(count):
-            client = None
             if keyed:
-                headers = {KEY_HEADER: f"bench-{index}"}
-                client = await stack.enter_async_context(httpx2.AsyncClient(headers=headers, timeout=CALL_SECONDS))
+                client = httpx2.AsyncClient(headers={KEY_HEADER: f"bench-{index}"}, timeout=CALL_SECONDS, verify=TLS)
+            else:
+                client = httpx2.AsyncClient(timeout=SDK_TIMEOUT, verify=TLS)
+            await stack.enter_async_context(client)
             read, write = await stack.enter_async_context(streamable_http_client(url, http_client=client))
             session = await stack.enter_async_context(ClientSession(read, write))
             try:
@@ -157,7 +163,7 @@ async def open_idle_sessions(url: str, count: int, log: TextIO, advance: Callabl
 
     headers = {"Accept": "application/json, text/event-stream", "Content-Type": "application/json"}
     opened = 0
-    async with httpx2.AsyncClient(timeout=CALL_SECONDS) as client:
+    async with httpx2.AsyncClient(timeout=CALL_SECONDS, verify=TLS) as client:
         for _ in range(count):
             response = await client.post(url, content=INIT_BODY, headers=headers)
             session_id = response.headers.get("mcp-session-id")
@@ -184,7 +190,7 @@ async def touch_keys(url: str, count: int, log: TextIO, advance: Callable[[int],
         "mcp-protocol-version": "2025-11-25",
     }
     answered = 0
-    async with httpx2.AsyncClient(timeout=CALL_SECONDS) as client:
+    async with httpx2.AsyncClient(timeout=CALL_SECONDS, verify=TLS) as client:
         for index in range(count):
             body = {
                 "jsonrpc": "2.0",

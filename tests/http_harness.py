@@ -664,6 +664,20 @@ def mcp_http_client(headers: Mapping[str, str] | None = None) -> httpx2.AsyncCli
     return http_client(headers=dict(headers or {}), timeout=CLIENT_TIMEOUT)
 
 
+@asynccontextmanager
+async def http_streams(url: str, headers: Mapping[str, str] | None = None) -> AsyncIterator[tuple[Any, Any]]:
+    """The SDK's streamable HTTP transport to url on a client of the tests' (``Client(url)`` builds a TLS context)."""
+    async with mcp_http_client(headers) as client, streamable_http_client(url, http_client=client) as streams:
+        yield streams
+
+
+def sse_http_client(
+    headers: dict[str, str] | None = None, timeout: httpx2.Timeout | None = None, auth: httpx2.Auth | None = None
+) -> httpx2.AsyncClient:
+    """The SDK's legacy SSE client's client factory, on the tests' one TLS context."""
+    return http_client(headers=dict(headers or {}), timeout=timeout or CLIENT_TIMEOUT, auth=auth)
+
+
 @dataclass
 class HttpSession:
     """An initialized client session over HTTP and the session ids the server handed out."""
@@ -707,7 +721,9 @@ async def open_sse_session(
 ) -> AsyncIterator[HttpSession]:
     """An initialized session with the SDK's legacy SSE client."""
     async with AsyncExitStack() as stack:
-        read_stream, write_stream = await stack.enter_async_context(sse_client(url, headers=dict(headers or {})))
+        read_stream, write_stream = await stack.enter_async_context(
+            sse_client(url, headers=dict(headers or {}), httpx_client_factory=sse_http_client)
+        )
         session = await stack.enter_async_context((callbacks or Callbacks()).session(read_stream, write_stream))
         with anyio.fail_after(20):
             result = await session.initialize()

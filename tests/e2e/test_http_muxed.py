@@ -46,6 +46,7 @@ from tests.http_harness import (
     MODERN_VERSION,
     Rig,
     ServerProcess,
+    http_client,
     http_get,
     imported,
     initialize_body,
@@ -274,7 +275,7 @@ def _last_event(response: httpx2.Response) -> dict[str, Any]:
 
 async def test_task_augmented_calls_cross_as_they_came(rig: Rig) -> None:
     """server-everything's research runs as a task: the handle, tasks/get and tasks/result reach the client."""
-    async with serving_cli(EVERYTHING_ARGS) as guard, httpx2.AsyncClient(timeout=30) as http:
+    async with serving_cli(EVERYTHING_ARGS) as guard, http_client(timeout=30) as http:
         raw = _RawSession(http, guard.mcp_url)
         opened = await raw.open()
         params = {"name": "simulate-research-query", "arguments": {"topic": "loops"}, "task": {"ttl": 60000}}
@@ -389,7 +390,7 @@ async def _call_or_error(client: Client, tool: str, arguments: dict[str, Any]) -
 async def test_a_client_taking_only_json_gets_the_answer_as_a_json_body(rig: Rig) -> None:
     """A client that accepts no event stream gets each answer as the whole response."""
     headers = {"accept": "application/json", "content-type": "application/json"}
-    async with serving_cli(EVERYTHING_ARGS) as guard, httpx2.AsyncClient(timeout=20) as http:
+    async with serving_cli(EVERYTHING_ARGS) as guard, http_client(timeout=20) as http:
         opened = await http.post(guard.mcp_url, json=initialize_body(), headers=headers)
         session = {**headers, "mcp-session-id": opened.headers["mcp-session-id"]}
         body = {"jsonrpc": "2.0", "method": "notifications/initialized"}
@@ -446,7 +447,7 @@ async def test_a_post_to_an_sse_session_must_name_it_and_carry_a_message(rig: Ri
     """Each way a POST to ``/messages/`` can miss gets its status; a good one gets 202 and its answer on the stream."""
     async with (
         _counting_sse_guard(rig, tmp_path / "calls.jsonl") as guard,
-        httpx2.AsyncClient(timeout=20) as http,
+        http_client(timeout=20) as http,
         http.stream("GET", guard.url("/sse"), headers={"accept": "text/event-stream"}) as stream,
     ):
         events = stream.aiter_lines()
@@ -511,7 +512,7 @@ async def test_stateless_requests_with_the_same_id_at_once_are_answered_each_on_
             "echo": _last_event(await http.post(url, json=body, headers=headers)),
         }
 
-    async with _counting_guard(rig, log, "--stateless") as guard, httpx2.AsyncClient(timeout=20) as http:
+    async with _counting_guard(rig, log, "--stateless") as guard, http_client(timeout=20) as http:
         async with anyio.create_task_group() as tg:
             tg.start_soon(call, http, guard.mcp_url, "first")
             tg.start_soon(call, http, guard.mcp_url, "second")
@@ -533,7 +534,7 @@ async def test_a_client_leaving_mid_call_disturbs_no_one(rig: Rig, tmp_path: Pat
     async with (
         _counting_guard(rig, log) as guard,
         open_http_session(guard.mcp_url) as other,
-        httpx2.AsyncClient(timeout=20) as http,
+        http_client(timeout=20) as http,
     ):
         raw = _RawSession(http, guard.mcp_url)
         await raw.open()
@@ -579,7 +580,7 @@ async def test_resource_updates_reach_the_sessions_that_subscribed(rig: Rig) -> 
 async def test_a_session_cancelling_its_call_cancels_it_in_the_child(rig: Rig, tmp_path: Path) -> None:
     """The client's notifications/cancelled names its own id: the child gets it under the id it knows the call by."""
     log = tmp_path / "calls.jsonl"
-    async with _counting_guard(rig, log) as guard, httpx2.AsyncClient(timeout=20) as http:
+    async with _counting_guard(rig, log) as guard, http_client(timeout=20) as http:
         first, second = _RawSession(http, guard.mcp_url), _RawSession(http, guard.mcp_url)
         await first.open()
         await second.open()

@@ -30,6 +30,7 @@ from tests.http_harness import (
     free_port,
     http_get,
     http_post,
+    http_streams,
     initialize_body,
     metric_value,
     open_http_session,
@@ -361,7 +362,7 @@ async def test_a_listen_stream_of_the_2026_era_crosses_the_relay(rig: Rig, tmp_p
         config = rig.config({"listen": {"type": "http", "url": listen.mcp_url}})
         async with (
             serving_cli(["--config", str(config)], state=None) as guard,
-            Client(guard.mcp_url, mode="auto") as client,
+            Client(http_streams(guard.mcp_url), mode="auto") as client,
         ):
             assert client.protocol_version == "2026-07-28"
             with anyio.fail_after(20):
@@ -404,12 +405,12 @@ async def test_a_2026_client_in_front_of_a_handshake_era_server_is_translated(ri
     async with rig.everything_http() as everything:
         config = rig.config({"everything": everything_http_entry(everything.mcp_url)})
         async with rig.guard(["--config", str(config)], env={"PYTHONPROFILEIMPORTTIME": "1"}) as guard:
-            async with Client(guard.mcp_url, mode="legacy") as legacy:
+            async with Client(http_streams(guard.mcp_url), mode="legacy") as legacy:
                 with anyio.fail_after(30):
                     relayed = await legacy.call_tool("echo", {"message": "relayed"})
             ready = await http_get(guard.url("/readyz"))
             before = sdk_modules(guard)
-            async with Client(guard.mcp_url, mode="2026-07-28") as client:
+            async with Client(http_streams(guard.mcp_url), mode="2026-07-28") as client:
                 with anyio.fail_after(30):
                     answers = [await client.call_tool("echo", {"message": "same"}) for _ in range(5)]
                 version = client.protocol_version
@@ -451,7 +452,7 @@ async def test_an_upstream_endpoint_redirected_on_its_own_origin_is_followed(rig
         config = rig.config({"counting": {"type": "http", "url": counting.mcp_url + "/"}})
         async with (
             serving_cli(["--config", str(config)], state=None) as guard,
-            Client(guard.mcp_url, mode="legacy") as client,
+            Client(http_streams(guard.mcp_url), mode="legacy") as client,
         ):
             with anyio.fail_after(20):
                 echoed = await client.call_tool("echo", {"text": "moved?"})
@@ -465,7 +466,7 @@ async def test_a_2026_client_hears_of_a_resource_it_listens_to_through_the_sdk_p
         config = rig.config({"everything": everything_http_entry(everything.mcp_url)})
         async with (
             serving_cli(["--config", str(config)], state=None) as guard,
-            Client(guard.mcp_url, mode="2026-07-28") as client,
+            Client(http_streams(guard.mcp_url), mode="2026-07-28") as client,
         ):
             with anyio.fail_after(30):
                 uri = str((await client.list_resources()).resources[0].uri)

@@ -29,6 +29,7 @@ from tests.http_harness import (
     Rig,
     http_client,
     http_get,
+    http_streams,
     open_http_session,
     post_cut_after,
     raw_session,
@@ -149,7 +150,10 @@ async def test_a_stream_the_server_closes_is_resumed_at_the_server_through_the_g
     """The server ends a call's stream before its answer (the spec's polling); the client resumes via the guard."""
     async with rig.listen_http("--resumable") as listen:
         config = rig.config({"listen": {"type": "http", "url": listen.mcp_url}})
-        async with serving_ready(["--config", str(config)]) as guard, Client(guard.mcp_url, mode="legacy") as client:
+        async with (
+            serving_ready(["--config", str(config)]) as guard,
+            Client(http_streams(guard.mcp_url), mode="legacy") as client,
+        ):
             with anyio.fail_after(20):
                 answered = await client.call_tool("answer_later", {})
     assert texts(answered) == ["answered after the stream closed"]

@@ -31,6 +31,7 @@ from tests.http_harness import (
     everything_stdio_entry,
     http_get,
     http_post,
+    http_streams,
     imported,
     mcp_http_client,
     open_http_session,
@@ -159,7 +160,7 @@ async def test_a_2026_client_listens_to_the_changes_of_the_servers_behind_the_sd
     try:
         async with serving_cli(["--config", str(config)]) as guard:
             await guard.healthy()
-            async with Client(guard.mcp_url, mode="auto") as client:
+            async with Client(http_streams(guard.mcp_url), mode="auto") as client:
                 assert client.protocol_version == "2026-07-28"
                 with anyio.fail_after(60):
                     async with client.listen(tools_list_changed=True) as subscription:
@@ -290,7 +291,10 @@ async def test_2026_clients_of_several_2026_servers_are_relayed_as_messages_with
             entries = {name: {"type": "http", "url": server.mcp_url} for name, server in (("one", one), ("two", two))}
             config = rig.config(entries)
             env = {"PYTHONPROFILEIMPORTTIME": "1"}
-            async with rig.guard(["--config", str(config)], env=env) as guard, Client(guard.mcp_url) as client:
+            async with (
+                rig.guard(["--config", str(config)], env=env) as guard,
+                Client(http_streams(guard.mcp_url)) as client,
+            ):
                 assert client.protocol_version == "2026-07-28"
                 with anyio.fail_after(60):
                     names = {tool.name for tool in (await client.list_tools()).tools}

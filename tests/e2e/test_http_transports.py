@@ -19,6 +19,7 @@ from tests.http_harness import (
     MODERN_VERSION,
     Rig,
     ServerProcess,
+    http_streams,
     mcp_http_client,
     open_sse_session,
     poll,
@@ -89,7 +90,7 @@ async def test_both_protocol_eras(rig: Rig) -> None:
             with anyio.fail_after(10):
                 modern_sum = await modern.call_tool("get-sum", {"a": 1, "b": 2})
             modern_version = modern.protocol_version
-        async with Client(guard.mcp_url, mode="legacy", read_timeout_seconds=20) as legacy:
+        async with Client(http_streams(guard.mcp_url), mode="legacy", read_timeout_seconds=20) as legacy:
             legacy_actions = await echo_actions(legacy, 3)
             legacy_version = legacy.protocol_version
 

@@ -35,7 +35,7 @@ from tests.harness import (
     server_environment,
     texts,
 )
-from tests.http_harness import Rig, ServerProcess, free_port, open_http_session, poll, run_server
+from tests.http_harness import Rig, ServerProcess, free_port, http_streams, open_http_session, poll, run_server
 from tests.proxy.http_inproc import serving_counting
 
 pytestmark = [pytest.mark.anyio, pytest.mark.e2e]
@@ -193,7 +193,7 @@ async def test_a_2026_client_falls_back_to_the_handshake_of_an_older_server(rig:
 async def test_a_stream_the_server_closes_before_its_answer_is_resumed(rig: Rig) -> None:
     """The server ends a call's event stream early (the spec's polling): the guard resumes it with Last-Event-ID."""
     async with rig.listen_http("--resumable") as listen:
-        direct = await _answer_later(Client(listen.mcp_url, mode="legacy"))
+        direct = await _answer_later(Client(http_streams(listen.mcp_url), mode="legacy"))
         guarded = await _answer_later(Client(_stdio_guard(listen.mcp_url, rig.marker), mode="legacy"))
     assert direct == guarded == ["answered after the stream closed"]
 
@@ -279,7 +279,7 @@ async def test_an_endpoint_redirected_on_its_own_origin_is_followed(rig: Rig, tm
     """``/mcp/`` answers 307 to ``/mcp`` (a trailing-slash rule): followed, as the SDK client follows it."""
     async with serving_counting(tmp_path / "calls.jsonl") as counting:
         url = counting.mcp_url + "/"
-        direct = await _echo(Client(url, mode="legacy"))
+        direct = await _echo(Client(http_streams(url), mode="legacy"))
         guarded = await _echo(Client(_stdio_guard(url, rig.marker), mode="legacy"))
     assert direct == guarded == ["moved?"]
 

@@ -19,6 +19,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from mcp_loop_guard.config import HttpServer
 from tests.harness import FIXTURES_DIR, texts
+from tests.http_harness import http_streams
 from tests.proxy.http_inproc import serving_app, serving_guard
 
 pytestmark = pytest.mark.anyio
@@ -65,7 +66,11 @@ async def servers(*names: str) -> AsyncIterator[tuple[list[HttpServer], dict[str
 async def test_each_request_goes_through_the_servers_kept_connections() -> None:
     """Twenty calls, each relayed through a router of its own, reach the server as twenty requests (no list of the
     guard's own first) over the connections the guard keeps for it, not a new one each (nor a TLS handshake)."""
-    async with servers("a", "b") as (specs, seen), serving_guard(specs) as guard, Client(guard.url) as client:
+    async with (
+        servers("a", "b") as (specs, seen),
+        serving_guard(specs) as guard,
+        Client(http_streams(guard.url)) as client,
+    ):
         assert client.protocol_version == "2026-07-28"
         with anyio.fail_after(60):
             await client.list_tools()

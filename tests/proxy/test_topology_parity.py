@@ -27,7 +27,7 @@ from mcp.client.subscriptions import ToolsListChanged
 
 from mcp_loop_guard.config import HttpServer, ServerSpec, StdioServer
 from tests.harness import FIXTURES_DIR, action, guard_argv, server_environment, texts
-from tests.http_harness import open_http_session, open_sse_session, write_config
+from tests.http_harness import http_streams, open_http_session, open_sse_session, write_config
 from tests.proxy.http_inproc import fixture_stdio, serving_app, serving_guard
 
 pytestmark = pytest.mark.anyio
@@ -101,7 +101,7 @@ async def client(url: str, era: str) -> AsyncIterator[McpClient]:
         async with open_http_session(url) as opened:
             yield opened.session
     else:
-        async with Client(url, mode="auto") as modern:
+        async with Client(http_streams(url), mode="auto") as modern:
             assert modern.protocol_version == era
             yield modern
 
@@ -189,7 +189,7 @@ async def test_every_row_tells_a_listening_2026_client_that_a_servers_tools_chan
         serving_guard(
             specs, transport=transport, stateless=stateless, child_per_session=row in CHILD_PER_SESSION
         ) as guard,
-        Client(guard.url, mode="auto") as modern,
+        Client(http_streams(guard.url), mode="auto") as modern,
     ):
         assert modern.protocol_version == "2026-07-28"
         with anyio.fail_after(LIMIT):

@@ -26,7 +26,7 @@ import httpx2
 import pytest
 
 from tests.harness import read_json_lines
-from tests.http_harness import Rig, payload_verdict
+from tests.http_harness import Rig, http_client, payload_verdict
 from tests.proxy.http_inproc import serving_cli
 from tests.reliability.wire import Message, RawConnector, error_code, is_response, result_texts
 
@@ -106,7 +106,7 @@ class SseClient:
 async def sse_client(url: str) -> AsyncIterator[SseClient]:
     """A legacy SSE session with the guard at ``url``, initialized."""
     async with (
-        httpx2.AsyncClient(timeout=20) as http,
+        http_client(timeout=20) as http,
         http.stream("GET", f"{url}/sse", headers={"accept": "text/event-stream"}) as stream,
         anyio.create_task_group() as tg,
     ):
