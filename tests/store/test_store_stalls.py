@@ -1,19 +1,23 @@
 """A state file another process holds locked, under an HTTP guard serving many agents: the guard itself never stalls.
 
-Every SQLite call runs in a worker thread, so a write waiting on the lock (up to the store's
-timeout, then the guard fails open) holds up the call that made it, never the event loop:
-``/healthz`` answers at once. And after a write failed, the agents' writes pause for a moment
+No SQLite call waits on the event loop: a write is tried there only told not to wait, and
+one refused for the lock waits in a worker thread (up to the store's timeout, then the guard
+fails open), holding up the call that made it, never the event loop: ``/healthz`` answers at
+once. And after a write failed, the agents' writes pause for a moment
 (their state stays in memory), so the agents sharing one upstream, whose answers wait behind
 each other's judging, are not held up by a wait per call.
 """
 
 from __future__ import annotations
 
+import sqlite3
 from pathlib import Path
 
 import anyio
 import pytest
 
+from mcp_loop_guard.core.state import State
+from mcp_loop_guard.store import SqliteStore
 from tests.harness import CountingUpstream
 from tests.http_harness import KEY_HEADER, Rig, ServerProcess, http_get, payload_for, raw_call
 from tests.store.test_store_faults import locked, make_state_file
@@ -79,3 +83,33 @@ async def test_a_locked_state_file_stalls_neither_healthz_nor_other_agents(
     assert ready["store"]["status"] == "degraded", ready
     unavailable = [line for line in log.splitlines() if "state store is unavailable" in line]
     assert len(unavailable) == 1, log
+
+
+async def test_a_write_refused_for_the_lock_waits_for_it_off_the_event_loop(tmp_path: Path) -> None:
+    """A lock held for a moment: the write, refused at once on the event loop, waits in a thread and lands."""
+    path = tmp_path / "state.sqlite3"
+    await make_state_file(path)
+    store = SqliteStore(path, timeout=WAIT)
+    ticks = 0
+    try:
+        async with anyio.create_task_group() as tg, locked(path):
+            tg.start_soon(store.save, "agent", State(), 600)
+            with anyio.fail_after(WAIT / 2):  # the event loop goes on while the write waits on the lock
+                for _ in range(6):
+                    await anyio.sleep(0.05)
+                    ticks += 1
+            assert await anyio.to_thread.run_sync(_row_count, path) == 1  # not written while locked
+        assert ticks == 6
+        assert await store.load("agent") is not None
+    finally:
+        await store.aclose()
+
+
+WAIT = 10.0
+"""The store's timeout in the test above: a write waiting that long on the event loop would stop its ticks."""
+
+
+def _row_count(path: Path) -> int:
+    """The agents' rows in the file, as another connection reads them (a reader is not held up by a writer's lock)."""
+    with sqlite3.connect(path) as db:
+        return int(db.execute("SELECT count(*) FROM agents").fetchone()[0])
