@@ -17,9 +17,9 @@ import anyio
 import pytest
 from mcp import ClientSession, types
 from mcp.client.sse import sse_client
+from mcp.client.streamable_http import streamable_http_client
 
 from tests.harness import Callbacks, Connector, guard_command, guard_notes, texts, verdict, wire
-from tests.http_harness import http_streams, sse_http_client
 from tests.interop.processes import Processes, Served
 
 pytestmark = [pytest.mark.e2e, pytest.mark.anyio, pytest.mark.timeout(300)]
@@ -92,9 +92,7 @@ class Chains:
             assert isinstance(upstream, list)
             proxy = await stack.enter_async_context(self._mcp_proxy(upstream))
             url = proxy.url(head.removeprefix("mcp-proxy"))
-            client = (
-                sse_client(url, httpx_client_factory=sse_http_client) if url.endswith("/sse") else http_streams(url)
-            )
+            client = sse_client(url) if url.endswith("/sse") else streamable_http_client(url)
             read_stream, write_stream = await stack.enter_async_context(client)
             session = await stack.enter_async_context(Callbacks().session(read_stream, write_stream))
             with anyio.fail_after(20):
